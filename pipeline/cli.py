@@ -1,0 +1,174 @@
+"""The ``arenaforge`` command line (typer). Each command is a thin wrapper over the Python API."""
+
+from __future__ import annotations
+
+import logging
+import sys
+from pathlib import Path
+from typing import Annotated, Optional
+
+import typer
+
+from pipeline.progress import console
+
+app = typer.Typer(
+    help="arenaforge: mine, battle, verify and emit a code-instruction SFT dataset.\n\n"
+         "Start with `arenaforge run` (configs/default.yaml: embedded CPU experts).",
+    no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
+config_app = typer.Typer(help="Check or print a run config.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+
+DEFAULT_CONFIG = Path("configs/default.yaml")
+SetOpt = Annotated[Optional[list[str]], typer.Option(
+    "--set", help="Override a config field: --set rate.alpha=0.5 (repeatable).")]
+
+
+def _fail(message: str, code: int = 2) -> None:
+    console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    raise typer.Exit(code)
+
+
+def _load(path: Path, overrides: list[str] | None):
+    from pipeline.config import ConfigError, load_config
+
+    try:
+        return load_config(path, overrides or [])
+    except ConfigError as exc:
+        _fail(str(exc))
+
+
+@app.callback()
+def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logs.")] = False):
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+@app.command()
+def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAULT_CONFIG,
+        set_: SetOpt = None,
+        name: Annotated[Optional[str], typer.Option(help="Run name (directory).")] = None,
+        fresh: Annotated[bool, typer.Option(help="Discard an existing run directory.")] = False,
+        runner: Annotated[Optional[str], typer.Option(help="ray | inline")] = None,
+        ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster address.")] = None,
+        quiet: Annotated[bool, typer.Option(help="No progress display.")] = False) -> None:
+    """Run the pipeline; a rerun resumes where the last one stopped."""
+    from pipeline.runner import ContractChainError, run_pipeline
+    from pipeline.store import StoreError
+
+    overrides = list(set_ or [])
+    overrides += [f"name={name}"] if name else []
+    overrides += [f"runner.kind={runner}"] if runner else []
+    overrides += [f"runner.ray_address={ray_address}"] if ray_address else []
+    cfg = _load(config, overrides)
+    try:
+        result = run_pipeline(cfg, fresh=fresh, show_progress=not quiet)
+    except (StoreError, ContractChainError) as exc:
+        _fail(str(exc))
+    console.print(f"run directory: {result.run_dir}")
+
+
+@config_app.command("validate")
+def config_validate(file: Path, set_: SetOpt = None) -> None:
+    """Validate a config (exit 2 with the field path on error)."""
+    cfg = _load(file, set_)
+    console.print(f"{file}: ok (config hash {cfg.config_hash()})")
+
+
+@config_app.command("show")
+def config_show(file: Path, set_: SetOpt = None) -> None:
+    """Print the resolved config, defaults included."""
+    from pipeline.config import dump_config
+
+    typer.echo(dump_config(_load(file, set_)))
+
+
+@app.command()
+def inspect(run_dir: Path, stage: Annotated[Optional[str], typer.Argument()] = None,
+            rows: Annotated[int, typer.Option(help="Sample rows to show.")] = 3) -> None:
+    """Show a run's funnel and leaderboard, or one stage's schema, counts and sample rows."""
+    from pipeline.inspect import inspect_run
+
+    try:
+        inspect_run(run_dir, stage, rows)
+    except (FileNotFoundError, KeyError, ValueError) as exc:
+        _fail(str(exc))
+
+
+@app.command()
+def models(registry: Annotated[Path, typer.Option(help="Model registry.")] = Path("configs/models.yaml")) -> None:
+    """List registered models: size, path and checksum status."""
+    from rich.table import Table
+
+    from pipeline.models import describe_models, load_registry
+
+    try:
+        rows = describe_models(load_registry(registry))
+    except ValueError as exc:
+        _fail(str(exc))
+    table = Table(title=str(registry))
+    for col in rows[0].keys() if rows else ["id"]:
+        table.add_column(str(col))
+    for row in rows:
+        table.add_row(*[str(v) for v in row.values()])
+    console.print(table)
+
+
+@app.command()
+def report(run_dir: Path) -> None:
+    """(Re)build audit/report.html for a run directory."""
+    from stages.audit import build_report
+
+    path = build_report(run_dir)
+    console.print(f"report: {path}")
+
+
+@app.command()
+def audit(table: Path, out: Annotated[Path, typer.Option(help="Output directory.")] = Path("audit")) -> None:
+    """Audit judges against execution on your own table (see stages/audit.py for the schema)."""
+    from stages.audit import audit_file
+
+    path = audit_file(table, out)
+    console.print(f"audit written to {path}")
+
+
+@app.command()
+def train(config: Path, set_: SetOpt = None) -> None:
+    """Supervised fine-tuning with TRL on emitted datasets (configs/sft-tiny.yaml)."""
+    from pipeline.train import train_main
+
+    out = train_main(config, list(set_ or []))
+    console.print(f"model saved to {out}")
+
+
+@app.command("eval")
+def eval_(model: str,
+          suite: Annotated[str, typer.Option(help="Benchmark suite.")] = "humaneval",
+          limit: Annotated[Optional[int], typer.Option(help="First N problems.")] = None,
+          n_samples: Annotated[int, typer.Option(help="Samples per problem (pass@k).")] = 1) -> None:
+    """pass@k of a model directory, a registered model id or `canonical` through the sandbox."""
+    import json
+
+    from pipeline.evaluate import evaluate
+
+    result = evaluate(model, suite=suite, limit=limit, n_samples=n_samples)
+    typer.echo(json.dumps(result, indent=2, default=str))
+
+
+@app.command()
+def ablate(run_dir: Path, set_: SetOpt = None) -> None:
+    """Emit, train and evaluate one dataset per selection rule from a run's battles."""
+    from pipeline.ablate import ablate_main
+
+    table = ablate_main(run_dir, list(set_ or []))
+    console.print(table)
+
+
+def main() -> None:
+    try:
+        app()
+    except KeyboardInterrupt:
+        sys.exit(130)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""Typed configuration for a whole run: YAML file + ``--set dotted.key=value`` overrides.
+
+Every error is raised before any work starts, as a ``ConfigError`` whose message names the file
+and the dotted path of the offending field (``configs/x.yaml: rate.alpha: Input should be a valid
+number``). Unknown keys are errors at every level, as in TRL's and open-r1's configs.
+
+The per-stage sections are not listed here: each stage module declares its own config model
+(``StageSpec.config``) and ``RunConfig`` gets one field per registered stage, so adding a stage
+never means editing this file.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+
+from pipeline.sandbox.config import SandboxConfig
+from stages import PIPELINE, available_stages, get_stage
+
+
+class ConfigError(ValueError):
+    """A configuration problem, reported before any work starts (CLI exit code 2)."""
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RunnerConfig(_Strict):
+    """How stages are executed. Does not enter the config hash: it changes speed, not rows."""
+
+    kind: Literal["ray", "inline"] = "ray"
+    ray_address: str | None = Field(
+        default=None, description="Ray cluster address; RAY_ADDRESS is used when unset.")
+    num_cpus: int | None = Field(default=None, ge=1, description="CPUs for a local Ray.")
+    shard_size: int = Field(default=8, ge=1, description="Shard-key values per shard.")
+    max_retries: int = Field(default=3, ge=0, description="Ray retries of a shard whose worker died.")
+    model_workers: int | None = Field(
+        default=None, ge=1, description="Concurrent shard tasks for LLM stages (default: cores).")
+    threads_per_worker: int | None = Field(
+        default=None, ge=1, description="llama.cpp threads per worker (default: cores / workers).")
+    request_cache: bool = Field(default=True, description="Cache model requests in the run dir.")
+
+
+class _RunBase(_Strict):
+    name: str = Field(default="default", pattern=r"^[A-Za-z0-9._-]+$")
+    seed: int = 0
+    models_file: Path = Field(default=Path("models.yaml"),
+                              description="Model registry; relative to the config file.")
+    experts: list[str] = Field(min_length=1, description="Model ids that mine, answer and judge.")
+    judges: list[str] | None = Field(default=None, description="Judge ids; default: experts.")
+    stages: list[str] = Field(default_factory=lambda: list(PIPELINE),
+                              description="Stages to run, in pipeline order.")
+    artifacts_dir: Path = Field(default=Path("artifacts/runs"),
+                                description="Parent of run directories; relative to the cwd.")
+    runner: RunnerConfig = Field(default_factory=RunnerConfig)
+    sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+
+    @model_validator(mode="after")
+    def _check_stages(self) -> _RunBase:
+        unknown = [s for s in self.stages if s not in PIPELINE]
+        if unknown:
+            raise ValueError(f"unknown stage(s) {unknown}; known: {list(PIPELINE)}")
+        order = [PIPELINE.index(s) for s in self.stages]
+        if order != sorted(order) or len(set(order)) != len(order):
+            raise ValueError(f"stages must be unique and in pipeline order {list(PIPELINE)}")
+        if len(set(self.experts)) != len(self.experts):
+            raise ValueError("experts must be unique")
+        return self
+
+    @property
+    def judge_ids(self) -> list[str]:
+        return list(self.judges) if self.judges is not None else list(self.experts)
+
+    def stage_config(self, name: str) -> Any:
+        return getattr(self, name)
+
+    def config_hash(self) -> str:
+        """Hash of everything that decides the rows (not the runner, name or output location)."""
+        payload = self.model_dump(mode="json", exclude={"runner", "name", "artifacts_dir"})
+        payload["models_file"] = _file_digest(self.models_file)
+        blob = json.dumps(payload, sort_keys=True, separators=(",", ":"))
+        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _file_digest(path: Path) -> str:
+    try:
+        return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+    except OSError:
+        return f"missing:{path}"
+
+
+RunConfig = create_model(
+    "RunConfig",
+    __base__=_RunBase,
+    **{name: (get_stage(name).config, Field(default_factory=get_stage(name).config))
+       for name in available_stages()},
+)
+RunConfig.__doc__ = "The whole run: models, runner, sandbox and one section per stage."
+
+
+def _format_validation(err: ValidationError, source: str) -> str:
+    lines = []
+    for e in err.errors():
+        loc = ".".join(str(p) for p in e["loc"]) or "<root>"
+        msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
+        lines.append(f"{source}: {loc}: {msg}")
+    return "\n".join(lines)
+
+
+def parse_override(item: str) -> tuple[list[str], Any]:
+    """``"rate.alpha=0.5"`` -> (["rate", "alpha"], 0.5); the value is parsed as YAML."""
+    if "=" not in item:
+        raise ConfigError(f"--set {item!r}: expected dotted.key=value")
+    key, raw = item.split("=", 1)
+    path = [p for p in key.strip().split(".") if p]
+    if not path:
+        raise ConfigError(f"--set {item!r}: empty key")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else ""
+    except yaml.YAMLError as exc:
+        raise ConfigError(f"--set {key}: value is not valid YAML: {exc}") from None
+    return path, value
+
+
+def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
+    for item in overrides:
+        path, value = parse_override(item)
+        node = data
+        for i, part in enumerate(path[:-1]):
+            child = node.setdefault(part, {})
+            if not isinstance(child, dict):
+                raise ConfigError(f"--set {'.'.join(path)}: {'.'.join(path[:i + 1])} is not a section")
+            node = child
+        node[path[-1]] = value
+    return data
+
+
+def load_config(path: str | Path, overrides: list[str] | None = None) -> Any:
+    """Load, override and validate a run config; relative model paths resolve against the file.
+
+    Raises:
+        ConfigError: missing file, bad YAML, unknown key, wrong type, unknown model id.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: config file not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    data = apply_overrides(data, overrides or [])
+    source = str(path) + (" (with --set overrides)" if overrides else "")
+    try:
+        cfg = RunConfig.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc, source)) from None
+    models_file = cfg.models_file if cfg.models_file.is_absolute() else path.parent / cfg.models_file
+    cfg = cfg.model_copy(update={"models_file": models_file.resolve()})
+    check_models(cfg, source)
+    return cfg
+
+
+def check_models(cfg: Any, source: str) -> None:
+    """Every expert and judge id must be in the registry (the registry's own errors name its file)."""
+    from pipeline.models import load_registry
+
+    if not Path(cfg.models_file).is_file():
+        raise ConfigError(f"{source}: models_file: {cfg.models_file} not found")
+    try:
+        registry = load_registry(cfg.models_file)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    for field, ids in (("experts", cfg.experts), ("judges", cfg.judge_ids)):
+        for i, model_id in enumerate(ids):
+            if model_id not in registry:
+                raise ConfigError(
+                    f"{source}: {field}.{i}: unknown model id {model_id!r}; "
+                    f"{cfg.models_file} defines {sorted(registry)}")
+
+
+def dump_config(cfg: Any) -> str:
+    """The resolved config as YAML (what ``arenaforge config show`` prints)."""
+    return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)

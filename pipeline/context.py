@@ -1,0 +1,141 @@
+"""``RunContext``: what the runner hands each stage (backends, sandbox, upstream tables).
+
+A context is small and picklable so a Ray task can receive it; the heavy things it hands out
+(loaded models, the sandbox pool) live in per-process caches, so a Ray worker that runs many
+shards loads each model once, like an actor would.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from pipeline.store import RunStore
+
+_BACKENDS: dict[tuple, Any] = {}
+_SANDBOX: dict[tuple, Any] = {}
+_TABLES: dict[tuple, pa.Table] = {}
+_LOCK = threading.Lock()
+
+
+class _TimedBackend:
+    """Forwards to a backend and adds the seconds spent in model calls to the context."""
+
+    def __init__(self, inner: Any, ctx: RunContext):
+        self._inner, self._ctx = inner, ctx
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._inner, name)
+
+    def _timed(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return getattr(self._inner, method)(*args, **kwargs)
+        finally:
+            self._ctx.model_seconds += time.perf_counter() - start
+
+    def complete(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed("complete", *args, **kwargs)
+
+    def chat(self, *args: Any, **kwargs: Any) -> Any:
+        return self._timed("chat", *args, **kwargs)
+
+
+class RunContext:
+    """Implements ``pipeline.stage.StageContext`` for one run directory."""
+
+    def __init__(self, run_dir: Path, config: Any, threads: int | None = None):
+        self.run_dir = Path(run_dir)
+        self.config = config
+        self.seed = config.seed
+        self.threads = threads or max(1, os.cpu_count() or 1)
+        self.model_seconds = 0.0
+        self.progress_rows = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"run_dir": self.run_dir, "config": self.config, "threads": self.threads}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self.__init__(state["run_dir"], state["config"], state["threads"])
+
+    # -- models -----------------------------------------------------------------------------
+    def registry(self) -> dict[str, Any]:
+        from pipeline.models import load_registry
+
+        return load_registry(self.config.models_file)
+
+    def model_spec(self, model_id: str) -> Any:
+        registry = self.registry()
+        if model_id not in registry:
+            raise KeyError(f"model {model_id!r} is not in {self.config.models_file}")
+        return registry[model_id]
+
+    def backend(self, model_id: str) -> Any:
+        from pipeline.backends import create_backend
+
+        cache_dir = self.run_dir / "cache" / "requests" if self.config.runner.request_cache else None
+        key = (model_id, str(self.config.models_file), self.threads, str(cache_dir))
+        with _LOCK:
+            if key not in _BACKENDS:
+                _BACKENDS[key] = create_backend(self.model_spec(model_id), n_threads=self.threads,
+                                                cache_dir=cache_dir)
+            return _TimedBackend(_BACKENDS[key], self)
+
+    # -- sandbox ----------------------------------------------------------------------------
+    def sandbox(self) -> Any:
+        from pipeline.sandbox import SandboxPool
+
+        key = (self.config.sandbox.model_dump_json(),)
+        with _LOCK:
+            if key not in _SANDBOX:
+                _SANDBOX[key] = SandboxPool.from_config(self.config.sandbox)
+            return _SANDBOX[key]
+
+    # -- data -------------------------------------------------------------------------------
+    def read(self, stage: str, columns: Sequence[str] | None = None,
+             instruction_ids: Sequence[str] | None = None) -> pa.Table:
+        store = RunStore(self.run_dir).stage(stage)
+        info = store.success()
+        if info is None:
+            raise RuntimeError(f"stage {stage!r} has not completed in {self.run_dir}")
+        key = (str(store.dir), info.get("fingerprint"))
+        with _LOCK:
+            table = _TABLES.get(key)
+        if table is None:
+            table = store.read()
+            with _LOCK:
+                while len(_TABLES) >= 4:  # bounded: upstream outputs can be large
+                    _TABLES.pop(next(iter(_TABLES)))
+                _TABLES[key] = table
+        if instruction_ids is not None:
+            table = table.filter(pc.is_in(table.column("instruction_id"),
+                                          value_set=pa.array(list(instruction_ids), pa.string())))
+        if columns is not None:
+            table = table.select(list(columns))
+        return table
+
+    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
+        return RunStore(self.run_dir).write_artifact(relpath, data)
+
+    def advance(self, rows: int) -> None:
+        self.progress_rows += rows
+
+
+def close_process_resources() -> None:
+    """Close cached backends and sandbox pools (end of run, or between tests)."""
+    with _LOCK:
+        for obj in list(_BACKENDS.values()) + list(_SANDBOX.values()):
+            try:
+                obj.close()
+            except Exception:  # closing is best effort; the process is ending anyway
+                pass
+        _BACKENDS.clear()
+        _SANDBOX.clear()
+        _TABLES.clear()

@@ -1,0 +1,115 @@
+"""Where shards run: in this process (``inline``) or on Ray (local or a cluster).
+
+Both executors take the same jobs and yield each shard's marker as it completes, so the runner
+(and the stages) cannot tell them apart. On Ray, CPU stages run as tasks (one CPU each, retried
+when a worker dies) and LLM stages run on a pool of actors, each holding its loaded models, as
+Ray Data's ``map_batches`` with a callable class would; actors restart and retry their calls
+when their process dies.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Iterator
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline.shards import execute_shard
+from pipeline.stage import StageConfig, StageSpec
+
+log = logging.getLogger(__name__)
+
+Job = tuple[int, pa.Table, str]  # (shard index, input rows, input hash)
+
+
+class InlineExecutor:
+    """Runs shards one after another in this process (debugging, tests, tiny runs)."""
+
+    name = "inline"
+
+    def __init__(self, cpus: int | None = None):
+        self.cpus = cpus or os.cpu_count() or 1
+
+    def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
+                   jobs: list[Job]) -> Iterator[dict[str, Any]]:
+        ctx.threads = self.cpus
+        for index, table, input_hash in jobs:
+            yield dict(execute_shard(spec, cfg, ctx, index, table, input_hash), shard=index)
+
+    def close(self) -> None:
+        pass
+
+
+class _ShardActor:
+    """A Ray actor that keeps its models loaded between shards (process-level caches)."""
+
+    def run(self, spec, cfg, ctx, index, table, input_hash):  # noqa: ANN001 - Ray plumbing
+        return dict(execute_shard(spec, cfg, ctx, index, table, input_hash), shard=index)
+
+
+def _run_task(spec, cfg, ctx, index, table, input_hash):  # noqa: ANN001 - Ray plumbing
+    return dict(execute_shard(spec, cfg, ctx, index, table, input_hash), shard=index)
+
+
+class RayExecutor:
+    """Runs shards on Ray; ``address=None`` starts (or joins) a local Ray."""
+
+    name = "ray"
+
+    def __init__(self, address: str | None = None, num_cpus: int | None = None,
+                 max_retries: int = 3, model_workers: int | None = None,
+                 threads_per_worker: int | None = None):
+        import ray
+
+        self.ray = ray
+        address = address or os.environ.get("RAY_ADDRESS")
+        if not ray.is_initialized():
+            if address:
+                ray.init(address=address, log_to_driver=False)
+            else:
+                ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                         log_to_driver=False, configure_logging=False)
+        self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
+        self.max_retries = max_retries
+        self.model_workers = min(model_workers or 1, self.cpus)
+        self.threads = threads_per_worker or max(1, self.cpus // self.model_workers)
+
+    def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
+                   jobs: list[Job]) -> Iterator[dict[str, Any]]:
+        ray = self.ray
+        if spec.uses_models:
+            ctx.threads = self.threads
+            actor_cls = ray.remote(_ShardActor).options(
+                num_cpus=self.threads, max_restarts=self.max_retries,
+                max_task_retries=self.max_retries)
+            actors = [actor_cls.remote() for _ in range(min(self.model_workers, len(jobs)) or 1)]
+            refs = [actors[i % len(actors)].run.remote(spec, cfg, ctx, *job)
+                    for i, job in enumerate(jobs)]
+        else:
+            ctx.threads = 1
+            task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries)
+            refs = [task.remote(spec, cfg, ctx, *job) for job in jobs]
+        pending = list(refs)
+        try:
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(done[0])
+        finally:
+            for ref in pending:
+                ray.cancel(ref, force=True)
+            if spec.uses_models:
+                for actor in actors:
+                    ray.kill(actor)
+
+    def close(self) -> None:
+        pass  # the Ray session outlives a run so that tests and notebooks can reuse it
+
+
+def make_executor(runner_cfg: Any) -> InlineExecutor | RayExecutor:
+    if runner_cfg.kind == "inline":
+        return InlineExecutor(runner_cfg.threads_per_worker)
+    return RayExecutor(address=runner_cfg.ray_address, num_cpus=runner_cfg.num_cpus,
+                       max_retries=runner_cfg.max_retries, model_workers=runner_cfg.model_workers,
+                       threads_per_worker=runner_cfg.threads_per_worker)

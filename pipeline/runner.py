@@ -1,0 +1,220 @@
+"""Order the stages, check their column contracts, shard, execute, resume.
+
+``run_pipeline(cfg)`` is what ``arenaforge run`` calls. ``run_stages`` is the engine under it and
+takes any list of ``StageSpec`` (the tests drive it with toy stages). A stage whose ``_SUCCESS``
+fingerprint matches its current input is skipped; inside a stage, shards whose marker matches
+their input are skipped; everything else is (re)computed. Killing the process at any moment and
+running again therefore ends with each row exactly once.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import logging
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+
+from pipeline import __version__
+from pipeline.context import RunContext
+from pipeline.executors import make_executor
+from pipeline.progress import Progress, render_funnel
+from pipeline.shards import DROPPED_SCHEMA
+from pipeline.stage import StageSpec
+from pipeline.store import RunStore, StoreError, table_hash
+
+log = logging.getLogger(__name__)
+
+
+class ContractChainError(ValueError):
+    """The configured stages do not fit together (missing columns or missing stages)."""
+
+
+@dataclasses.dataclass
+class RunResult:
+    run_dir: Path
+    funnel: list[dict[str, Any]]
+    seconds: float
+
+
+def check_chain(specs: list[StageSpec], completed: set[str] = frozenset()) -> None:
+    """Check, before any model is loaded, that each stage's inputs can be satisfied.
+
+    A stage's available columns are its declared outputs plus those of its source (stages pass
+    their input columns through). Stages read from disk (``completed``) count as present.
+    """
+    by_name = {s.name: s for s in specs}
+    available: dict[str, set[str]] = {}
+    for spec in specs:
+        for dep in ([spec.source] if spec.source else []) + list(spec.needs):
+            if dep not in by_name and dep not in completed:
+                raise ContractChainError(
+                    f"stage {spec.name!r} needs stage {dep!r}, which is neither configured "
+                    f"before it nor complete in the run directory")
+            if dep in by_name and list(by_name).index(dep) > list(by_name).index(spec.name):
+                raise ContractChainError(f"stage {spec.name!r} needs {dep!r}, which runs after it")
+        if spec.source in available:
+            missing = [c for c in spec.inputs if c not in available[spec.source]]
+            if missing:
+                raise ContractChainError(
+                    f"stage {spec.name!r} needs columns {missing} that stage {spec.source!r} "
+                    f"does not provide (it provides {sorted(available[spec.source])})")
+        inherited = available.get(spec.source, set(spec.inputs)) if spec.source else set()
+        available[spec.name] = set(spec.outputs) | inherited
+
+
+def plan_shards(table: pa.Table, key: str, shard_size: int, sharded: bool) -> list[pa.Table]:
+    """Split rows into shards of ``shard_size`` key values, in first-appearance order."""
+    if not sharded or table.num_rows == 0 or key not in table.column_names:
+        return [table]
+    values = table.column(key).to_pylist()
+    order = list(dict.fromkeys(values))
+    shard_of = {k: i // shard_size for i, k in enumerate(order)}
+    ids = pa.array([shard_of[v] for v in values], pa.int32())
+    n = (len(order) + shard_size - 1) // shard_size
+    import pyarrow.compute as pc
+
+    return [table.filter(pc.equal(ids, i)) for i in range(n)]
+
+
+def _fingerprint(*parts: Any) -> str:
+    blob = json.dumps(parts, sort_keys=True, default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def _stage_input(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore) -> pa.Table:
+    if spec.plan is not None:
+        return spec.plan(cfg, ctx)
+    return store.stage(spec.source).read()
+
+
+def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, executor: Any,
+              shard_size: int, progress: Progress | None = None) -> dict[str, Any]:
+    """Bring one stage to completion (skipping what is already done); returns its stats."""
+    stage_store = store.stage(spec.name)
+    table = _stage_input(spec, cfg, ctx, store)
+    missing = [c for c in spec.inputs if c not in table.column_names]
+    if table.num_rows and missing:
+        raise ContractChainError(f"stage {spec.name!r}: input lacks columns {missing}")
+    upstream = {dep: (store.stage(dep).success() or {}).get("output_hash")
+                for dep in ([spec.source] if spec.source else []) + list(spec.needs)}
+    fingerprint = _fingerprint(spec.name, cfg.model_dump(mode="json"), upstream,
+                               table_hash(table), __version__)
+    done = stage_store.success()
+    if done and done.get("fingerprint") == fingerprint and not stage_store.verify():
+        if progress:
+            progress.skip(spec.name, done["rows_in"])
+        return done
+    stage_store.clear_success()
+
+    shards = plan_shards(table, spec.shard_key, shard_size, spec.sharded)
+    stage_store.remove_stale(len(shards))
+    hashes = [table_hash(s) for s in shards]
+    markers: dict[int, dict[str, Any]] = {}
+    todo = []
+    for i, (shard, h) in enumerate(zip(shards, hashes)):
+        marker = stage_store.shard_done(i, h)
+        if marker is not None:
+            markers[i] = marker
+        else:
+            todo.append((i, shard, h))
+    if progress:
+        progress.start(spec.name, total=table.num_rows,
+                       done=sum(m["input_rows"] for m in markers.values()))
+    start = time.perf_counter()
+    for marker in executor.map_shards(spec, cfg, ctx, todo):
+        markers[marker["shard"]] = marker
+        if progress:
+            progress.advance(spec.name, marker["input_rows"])
+    wall = time.perf_counter() - start
+
+    ordered = [markers[i] for i in range(len(shards))]
+    reasons: Counter = Counter()
+    extra: Counter = Counter()
+    for m in ordered:
+        reasons.update(m.get("reasons", {}))
+        extra.update(m.get("stats", {}))
+    info = {
+        "fingerprint": fingerprint,
+        "output_hash": _fingerprint([m["sha256"] for m in ordered]),
+        "shards": len(shards),
+        "rows_in": table.num_rows,
+        "rows_out": sum(m["rows"] for m in ordered),
+        "dropped": dict(reasons),
+        "seconds": sum(m["seconds"] for m in ordered),
+        "model_seconds": sum(m.get("model_seconds", 0.0) for m in ordered),
+        "wall_seconds_last_attempt": wall,
+        "stats": dict(extra),
+        "executor": executor.name,
+    }
+    stage_store.mark_success(info)
+    store.update_stage(spec.name, {"status": "complete", **info})
+    if progress:
+        progress.finish(spec.name)
+    return info
+
+
+def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunContext,
+               store: RunStore, executor: Any, shard_size: int,
+               show_progress: bool = True) -> list[dict[str, Any]]:
+    """Run stages in order; returns the funnel (one dict of stats per stage)."""
+    completed = {p.name for p in (store.root / "stages").glob("*") if (p / "_SUCCESS").exists()}
+    check_chain(specs, completed)
+    funnel = []
+    with Progress(enabled=show_progress) as progress:
+        for spec in specs:
+            info = run_stage(spec, stage_cfgs[spec.name], ctx, store, executor, shard_size, progress)
+            funnel.append({"stage": spec.name, **info})
+    _write_run_summary(store, [s.name for s in specs], funnel)
+    return funnel
+
+
+def _write_run_summary(store: RunStore, names: list[str], funnel: list[dict[str, Any]]) -> None:
+    dropped = [store.stage(n).read("dropped") for n in names]
+    dropped = [d for d in dropped if d.num_rows]
+    table = pa.concat_tables(dropped) if dropped else DROPPED_SCHEMA.empty_table()
+    store.write_artifact("dropped.parquet", table)
+    summary = {row["stage"]: {k: row[k] for k in ("rows_in", "rows_out", "dropped", "seconds",
+                                                  "model_seconds", "stats")} for row in funnel}
+    store.write_artifact("stats.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+
+
+def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> RunResult:
+    """Run the configured stages of ``cfg`` into ``<artifacts_dir>/<name>/``.
+
+    Raises:
+        StoreError: the run directory was made by a different config (use ``fresh=True``).
+        ContractChainError: the configured stages do not fit together.
+    """
+    from pipeline.config import dump_config
+    from pipeline.context import close_process_resources
+    from stages import get_stage
+
+    start = time.perf_counter()
+    specs = [get_stage(name) for name in cfg.stages]
+    run_dir = Path(cfg.artifacts_dir) / cfg.name
+    store = RunStore(run_dir)
+    completed = {p.name for p in (run_dir / "stages").glob("*") if (p / "_SUCCESS").exists()}
+    check_chain(specs, completed if not fresh else set())
+    store.open(cfg.config_hash(), dump_config(cfg), fresh=fresh)
+    executor = make_executor(cfg.runner)
+    ctx = RunContext(run_dir, cfg)
+    try:
+        funnel = run_stages(specs, {s.name: cfg.stage_config(s.name) for s in specs}, ctx, store,
+                            executor, cfg.runner.shard_size, show_progress)
+    finally:
+        close_process_resources()
+        executor.close()
+    seconds = time.perf_counter() - start
+    if show_progress:
+        render_funnel(funnel, seconds)
+    return RunResult(run_dir=run_dir, funnel=funnel, seconds=seconds)
+
+
+__all__ = ["RunResult", "run_pipeline", "run_stages", "run_stage", "check_chain", "plan_shards",
+           "ContractChainError", "StoreError"]

@@ -1,0 +1,121 @@
+"""The contract between a stage and the runner.
+
+A stage is a pure function ``run(table, cfg, ctx) -> pa.Table | StageResult`` plus a frozen
+pydantic config model and the columns it reads and writes. It never imports ``ray`` and never
+touches the run directory itself: the runner shards its input, calls it (in-process or in a Ray
+task), writes the result atomically and counts what it kept and dropped.
+
+Example (a toy stage)::
+
+    class UpperConfig(StageConfig):
+        suffix: str = "!"
+
+    def run(table, cfg, ctx):
+        texts = [t.upper() + cfg.suffix for t in table.column("instruction").to_pylist()]
+        return table.append_column("shout", pa.array(texts))
+
+    STAGE = StageSpec(name="upper", config=UpperConfig, run=run, source="mine",
+                      inputs=("instruction",), outputs=("shout",))
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, Protocol
+
+import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
+
+
+class StageConfig(BaseModel):
+    """Base of every stage config: frozen, and unknown keys are errors."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclasses.dataclass
+class StageResult:
+    """What a stage returns when it drops rows.
+
+    ``dropped`` holds the dropped input rows (any columns) plus a ``reason`` column (short,
+    enumerable: ``too_short``, ``near_duplicate``...) and optionally a ``detail`` column.
+    ``stats`` are extra counters merged into the stage's ``stats.json``.
+    """
+
+    table: pa.Table
+    dropped: pa.Table | None = None
+    stats: dict[str, float] = dataclasses.field(default_factory=dict)
+
+
+class StageContext(Protocol):
+    """What the runner hands a stage. Implemented by ``pipeline.context.RunContext``."""
+
+    run_dir: Path
+    config: Any  # pipeline.config.RunConfig; typed loosely to keep stages import-light
+    seed: int
+
+    def backend(self, model_id: str) -> Any:
+        """The LLM backend for a registered model id (loaded once per process, request-cached)."""
+
+    def model_spec(self, model_id: str) -> Any:
+        """The registry entry (pipeline.models.ModelSpec) for a model id."""
+
+    def read(self, stage: str, columns: Sequence[str] | None = None,
+             instruction_ids: Sequence[str] | None = None) -> pa.Table:
+        """The complete output of an earlier stage, optionally filtered to some instructions."""
+
+    def sandbox(self) -> Any:
+        """A sandbox pool (pipeline.sandbox) shared by the process."""
+
+    def advance(self, rows: int) -> None:
+        """Report progress inside a shard (rows finished); optional to call."""
+
+    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
+        """Atomically write a side artifact (ratings table, report) under the run directory."""
+
+
+RunFn = Callable[[pa.Table, StageConfig, StageContext], "pa.Table | StageResult"]
+PlanFn = Callable[[StageConfig, StageContext], pa.Table]
+
+
+@dataclasses.dataclass(frozen=True)
+class StageSpec:
+    """Declares a stage to the runner.
+
+    Attributes:
+        name: stage name, also its config key and its directory in the run.
+        config: the stage's config model (a ``StageConfig`` subclass).
+        run: the pure function.
+        source: the stage whose output is this stage's input table; ``None`` when ``plan``
+            builds the input (the first stage).
+        plan: builds the input table from config alone (mining prompts, for example).
+        inputs: columns the input table must have.
+        outputs: columns the stage's output must have.
+        shard_key: rows sharing this value always land in the same shard.
+        sharded: False for stages that need all rows at once (dedup, k-center, ratings).
+        needs: other stages read through ``ctx.read`` (checked to exist before the run).
+        uses_models: True when the stage calls LLM backends (the runner sizes its pool).
+    """
+
+    name: str
+    config: type[StageConfig]
+    run: RunFn
+    source: str | None = None
+    plan: PlanFn | None = None
+    inputs: tuple[str, ...] = ()
+    outputs: tuple[str, ...] = ()
+    shard_key: str = "instruction_id"
+    sharded: bool = True
+    needs: tuple[str, ...] = ()
+    uses_models: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.source is None) == (self.plan is None):
+            raise ValueError(f"stage {self.name!r}: give exactly one of source= or plan=")
+
+
+def as_result(out: pa.Table | StageResult) -> StageResult:
+    """Normalise a stage's return value."""
+    return out if isinstance(out, StageResult) else StageResult(table=out)
