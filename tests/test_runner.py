@@ -1,0 +1,84 @@
+"""The runner on a toy pipeline: sharding, resume, poisoned rows, contracts (inline executor)."""
+
+import pyarrow.parquet as pq
+import pytest
+
+from pipeline.executors import InlineExecutor
+from pipeline.runner import ContractChainError, check_chain, plan_shards
+from pipeline.stage import StageSpec
+from pipeline.store import RunStore
+from tests.toy_pipeline import FILTER, GEN, SQUARE, SquareConfig, run_toy
+
+
+def _output(run_dir, stage="filter"):
+    return RunStore(run_dir).stage(stage).read().sort_by("i")
+
+
+def test_toy_pipeline_counts_and_funnel(tmp_path):
+    funnel = run_toy(tmp_path, InlineExecutor(1))
+    out = _output(tmp_path)
+    assert out.column("i").to_pylist() == [i for i in range(60) if i % 3]
+    assert out.column("square").to_pylist() == [i * i for i in range(60) if i % 3]
+    last = funnel[-1]
+    assert last["rows_in"] == 60 and last["rows_out"] == 40 and last["dropped"] == {"divisible": 20}
+    assert last["stats"]["seen"] == 60
+    dropped = pq.read_table(tmp_path / "dropped.parquet")
+    assert set(dropped.column("reason").to_pylist()) == {"divisible"}
+    assert dropped.num_rows == 20
+
+
+def test_rerun_skips_completed_stages(tmp_path):
+    run_toy(tmp_path, InlineExecutor(1))
+    before = (tmp_path / "stages" / "square" / "part-00000.done.json").stat().st_mtime_ns
+    run_toy(tmp_path, InlineExecutor(1))
+    after = (tmp_path / "stages" / "square" / "part-00000.done.json").stat().st_mtime_ns
+    assert before == after
+
+
+def test_corrupt_shard_is_recomputed(tmp_path):
+    run_toy(tmp_path, InlineExecutor(1))
+    shard = tmp_path / "stages" / "square" / "part-00004.parquet"
+    shard.write_bytes(shard.read_bytes()[:50])
+    run_toy(tmp_path, InlineExecutor(1))
+    assert _output(tmp_path).num_rows == 40
+    assert RunStore(tmp_path).stage("square").verify() == []
+
+
+def test_poisoned_row_is_dropped_and_the_rest_goes_on(tmp_path):
+    funnel = run_toy(tmp_path, InlineExecutor(1), {"square": SquareConfig(poison="task number 7")},
+                     shard_size=4)
+    square = {row["stage"]: row for row in funnel}["square"]
+    assert square["rows_out"] == 59 and square["dropped"] == {"error": 1}
+    dropped = pq.read_table(tmp_path / "dropped.parquet").to_pylist()
+    errors = [d for d in dropped if d["reason"] == "error"]
+    assert len(errors) == 1 and "poisoned row" in errors[0]["detail"]
+    assert '"i": 7' in errors[0]["row"]
+
+
+def test_systemic_error_is_raised_not_dropped(tmp_path):
+    def always_fails(table, cfg, ctx):
+        raise RuntimeError("model is gone")
+
+    broken = StageSpec(name="square", config=SquareConfig, run=always_fails, source="gen",
+                       inputs=("i",), outputs=("square",))
+    with pytest.raises(RuntimeError, match="model is gone"):
+        run_toy(tmp_path, InlineExecutor(1), specs=[GEN, broken])
+
+
+def test_chain_check_names_missing_columns():
+    bad = StageSpec(name="filter", config=FILTER.config, run=FILTER.run, source="gen",
+                    inputs=("square",), outputs=())
+    with pytest.raises(ContractChainError, match=r"needs columns \['square'\]"):
+        check_chain([GEN, bad])
+    with pytest.raises(ContractChainError, match="needs stage 'gen'"):
+        check_chain([SQUARE])
+
+
+def test_plan_shards_keeps_keys_together():
+    import pyarrow as pa
+
+    t = pa.table({"instruction_id": list("aabbcdde"), "v": list(range(8))})
+    shards = plan_shards(t, "instruction_id", 2, sharded=True)
+    assert [s.column("instruction_id").to_pylist() for s in shards] == [
+        list("aabb"), list("cdd"), list("e")]
+    assert plan_shards(t, "instruction_id", 2, sharded=False)[0].num_rows == 8

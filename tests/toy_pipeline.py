@@ -1,0 +1,97 @@
+"""A toy three-stage pipeline (no models) used by the runner tests and the kill/resume test.
+
+``python tests/toy_pipeline.py RUN_DIR [inline|ray]`` runs it to completion.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.context import RunContext  # noqa: E402
+from pipeline.stage import StageConfig, StageResult, StageSpec  # noqa: E402
+from pipeline.store import RunStore  # noqa: E402
+from pipeline.textnorm import instruction_id  # noqa: E402
+
+
+class GenConfig(StageConfig):
+    n: int = 60
+
+
+class SquareConfig(StageConfig):
+    sleep_s: float = 0.0
+    poison: str | None = None  # an instruction text that makes the stage raise
+    die_once_file: str | None = None  # first shard to see this path absent kills its process
+
+
+class FilterConfig(StageConfig):
+    modulo: int = 3
+
+
+def gen_plan(cfg: GenConfig, ctx) -> pa.Table:
+    texts = [f"task number {i}" for i in range(cfg.n)]
+    return pa.table({"instruction_id": [instruction_id(t) for t in texts], "instruction": texts,
+                     "i": list(range(cfg.n))})
+
+
+def gen_run(table: pa.Table, cfg: GenConfig, ctx) -> pa.Table:
+    return table
+
+
+def square_run(table: pa.Table, cfg: SquareConfig, ctx) -> pa.Table:
+    if cfg.die_once_file and not os.path.exists(cfg.die_once_file):
+        Path(cfg.die_once_file).write_text(str(os.getpid()))
+        os.kill(os.getpid(), 9)
+    texts = table.column("instruction").to_pylist()
+    if cfg.poison is not None and cfg.poison in texts:
+        raise ValueError(f"poisoned row: {cfg.poison}")
+    time.sleep(cfg.sleep_s)
+    return table.append_column("square", pa.array([i * i for i in table.column("i").to_pylist()]))
+
+
+def filter_run(table: pa.Table, cfg: FilterConfig, ctx) -> StageResult:
+    keep = [i % cfg.modulo != 0 for i in table.column("i").to_pylist()]
+    mask = pa.array(keep)
+    dropped = table.filter(pc.invert(mask))
+    dropped = dropped.append_column("reason", pa.array(["divisible"] * dropped.num_rows))
+    return StageResult(table=table.filter(mask), dropped=dropped, stats={"seen": table.num_rows})
+
+
+GEN = StageSpec(name="gen", config=GenConfig, run=gen_run, plan=gen_plan,
+                outputs=("instruction_id", "instruction", "i"))
+SQUARE = StageSpec(name="square", config=SquareConfig, run=square_run, source="gen",
+                   inputs=("i",), outputs=("square",))
+FILTER = StageSpec(name="filter", config=FilterConfig, run=filter_run, source="square",
+                   inputs=("square",), outputs=("square",))
+SPECS = [GEN, SQUARE, FILTER]
+
+
+def toy_ctx(run_dir: Path) -> RunContext:
+    cfg = SimpleNamespace(seed=0, runner=SimpleNamespace(request_cache=False))
+    return RunContext(run_dir, cfg, threads=1)
+
+
+def run_toy(run_dir: Path, executor, cfgs: dict | None = None, shard_size: int = 2,
+            specs=None) -> list[dict]:
+    from pipeline.runner import run_stages
+
+    cfgs = {"gen": GenConfig(), "square": SquareConfig(), "filter": FilterConfig(), **(cfgs or {})}
+    store = RunStore(run_dir)
+    store.open("toy", "toy: true\n")
+    return run_stages(specs or SPECS, cfgs, toy_ctx(run_dir), store, executor, shard_size,
+                      show_progress=False)
+
+
+if __name__ == "__main__":
+    from pipeline.executors import InlineExecutor
+
+    sleep = float(sys.argv[2]) if len(sys.argv) > 2 else 0.02
+    run_toy(Path(sys.argv[1]), InlineExecutor(1), {"square": SquareConfig(sleep_s=sleep)})
