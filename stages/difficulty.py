@@ -1,0 +1,160 @@
+"""Stage ``difficulty``: every judge rates each request 1-10 (clarity, specificity, difficulty).
+
+Input columns: ``instruction_id, instruction``. Output adds:
+
+- ``difficulty_votes``: list<struct<judge, score (null on a parse error), raw, parse_error>>,
+  one vote per judge, with the judge's raw text always kept;
+- ``difficulty``: mean of the valid votes (null when there is none);
+- ``difficulty_n_valid``: number of valid votes.
+
+Rows without a valid vote are dropped as ``no_valid_vote``, with fewer than ``min_valid_votes``
+as ``too_few_valid_votes``; rows whose
+mean is below ``min_difficulty`` as ``below_min_difficulty``. The prompt lives in
+``pipeline/prompts/difficulty_{system,user}.txt``; the score must appear exactly once as
+``[[N]]`` (the strict bracketed format of MT-Bench-style judges) and anything else is a parse
+error, never a number.
+"""
+
+from __future__ import annotations
+
+import re
+from functools import cache
+from pathlib import Path
+
+import pyarrow as pa
+from pydantic import Field
+
+from pipeline.stage import StageConfig, StageResult, StageSpec
+
+PROMPTS = Path(__file__).resolve().parent.parent / "pipeline" / "prompts"
+SCORE_MIN, SCORE_MAX = 1, 10
+_BRACKETED = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
+_INTEGER = re.compile(r"[+-]?\d+")
+
+VOTE_TYPE = pa.struct([("judge", pa.string()), ("score", pa.int64()), ("raw", pa.string()),
+                       ("parse_error", pa.string())])
+
+
+class DifficultyConfig(StageConfig):
+    """Judges, sampling and the filter of the difficulty stage."""
+
+    judges: list[str] | None = Field(default=None,
+                                     description="Judge model ids; default: the run's judges.")
+    min_difficulty: float = Field(
+        default=3.0, ge=SCORE_MIN, le=SCORE_MAX,
+        description="Drop rows whose mean vote is below this (1-2: unclear or trivial).")
+    min_valid_votes: int = Field(default=1, ge=1,
+                                 description="Drop rows with fewer valid votes than this.")
+    max_tokens: int = Field(default=160, ge=8, description="Judge reply budget.")
+    temperature: float = Field(default=0.0, ge=0)
+    batch_size: int = Field(default=16, ge=1, description="Conversations per backend call.")
+
+
+@cache
+def load_prompt(name: str) -> str:
+    """A prompt template from ``pipeline/prompts`` (``difficulty_system`` / ``difficulty_user``)."""
+    return (PROMPTS / f"{name}.txt").read_text(encoding="utf-8").strip()
+
+
+def build_conversation(instruction: str) -> list[dict[str, str]]:
+    """The judge conversation for one request."""
+    # str.replace, not str.format: requests contain braces (code) that format would parse.
+    user = load_prompt("difficulty_user").replace("{instruction}", instruction)
+    return [{"role": "system", "content": load_prompt("difficulty_system")},
+            {"role": "user", "content": user}]
+
+
+def parse_score(text: str | None) -> tuple[int | None, str | None]:
+    """Parse the single ``[[N]]`` rating of a judge reply.
+
+    Returns:
+        ``(score, None)`` for exactly one bracketed integer in 1-10, else ``(None, error)``.
+
+    >>> parse_score("Clear and hard. Rating: [[8]]")
+    (8, None)
+    >>> parse_score("Rating: [[8]] ... Rating: [[9]]")
+    (None, 'more than one score: [[8]], [[9]]')
+    >>> parse_score("Rating: 8")
+    (None, 'no score in the [[N]] format')
+    """
+    if text is None or not text.strip():
+        return None, "empty output"
+    found = _BRACKETED.findall(text)
+    if not found:
+        return None, "no score in the [[N]] format"
+    if len(found) > 1:
+        return None, "more than one score: " + ", ".join(f"[[{f}]]" for f in found)
+    value = found[0].strip()
+    if not _INTEGER.fullmatch(value):
+        return None, f"score is not an integer: [[{value}]]"
+    score = int(value)
+    if not SCORE_MIN <= score <= SCORE_MAX:
+        return None, f"score out of range {SCORE_MIN}-{SCORE_MAX}: {score}"
+    return score, None
+
+
+def summarize_votes(votes: list[dict]) -> tuple[float | None, int]:
+    """Mean of the valid scores (``None`` when none) and how many there are."""
+    scores = [v["score"] for v in votes if v["score"] is not None]
+    return (sum(scores) / len(scores) if scores else None), len(scores)
+
+
+def judge_votes(backend, judge: str, instructions: list[str], cfg: DifficultyConfig,
+                seed: int) -> list[dict]:
+    """One vote (judge, score, raw, parse_error) per instruction from one judge backend."""
+    from pipeline.backends.base import SamplingParams
+
+    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                            seed=seed)
+    votes: list[dict] = []
+    for start in range(0, len(instructions), cfg.batch_size):
+        batch = instructions[start:start + cfg.batch_size]
+        replies = backend.chat([build_conversation(t) for t in batch], params)
+        for reply in replies:
+            completion = reply[0]
+            if completion.finish_reason == "error":
+                score, error = None, f"backend error: {completion.error}"
+            else:
+                score, error = parse_score(completion.text)
+            votes.append({"judge": judge, "score": score, "raw": completion.text,
+                          "parse_error": error})
+    return votes
+
+
+def run(table: pa.Table, cfg: DifficultyConfig, ctx) -> StageResult:
+    """Collect every judge's vote per request, add the mean, drop unrated and easy rows."""
+    judges = list(cfg.judges) if cfg.judges is not None else list(ctx.config.judge_ids)
+    if not judges:
+        raise ValueError("difficulty.judges: no judge configured")
+    instructions = table.column("instruction").to_pylist()
+    per_judge = [judge_votes(ctx.backend(j), j, instructions, cfg, ctx.seed) for j in judges]
+    votes = [list(row) for row in zip(*per_judge)] if instructions else []
+    summaries = [summarize_votes(v) for v in votes]
+    ctx.advance(len(instructions))
+
+    out = table.append_column("difficulty_votes", pa.array(votes, pa.list_(VOTE_TYPE)))
+    out = out.append_column("difficulty", pa.array([m for m, _ in summaries], pa.float64()))
+    out = out.append_column("difficulty_n_valid", pa.array([n for _, n in summaries], pa.int64()))
+
+    reasons: list[str | None] = []
+    for mean, n_valid in summaries:
+        if n_valid == 0:
+            reasons.append("no_valid_vote")
+        elif n_valid < cfg.min_valid_votes:
+            reasons.append("too_few_valid_votes")
+        elif mean < cfg.min_difficulty:
+            reasons.append("below_min_difficulty")
+        else:
+            reasons.append(None)
+    keep = pa.array([r is None for r in reasons], pa.bool_())
+    dropped = out.filter(pa.array([r is not None for r in reasons], pa.bool_()))
+    dropped = dropped.append_column(
+        "reason", pa.array([r for r in reasons if r is not None], pa.string()))
+    stats = {f"votes_valid.{j}": float(sum(v["score"] is not None for v in pj))
+             for j, pj in zip(judges, per_judge)}
+    return StageResult(table=out.filter(keep), dropped=dropped, stats=stats)
+
+
+STAGE = StageSpec(name="difficulty", config=DifficultyConfig, run=run, source="clean",
+                  uses_models=True, inputs=("instruction_id", "instruction"),
+                  outputs=("difficulty_votes", "difficulty", "difficulty_n_valid"))
