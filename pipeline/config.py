@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
 
 from pipeline.sandbox.config import SandboxConfig
 from stages import PIPELINE, available_stages, get_stage
@@ -61,17 +61,23 @@ class _RunBase(_Strict):
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
-    @model_validator(mode="after")
-    def _check_stages(self) -> _RunBase:
-        unknown = [s for s in self.stages if s not in PIPELINE]
+    @field_validator("stages")
+    @classmethod
+    def _check_stages(cls, stages: list[str]) -> list[str]:
+        unknown = [s for s in stages if s not in PIPELINE]
         if unknown:
             raise ValueError(f"unknown stage(s) {unknown}; known: {list(PIPELINE)}")
-        order = [PIPELINE.index(s) for s in self.stages]
+        order = [PIPELINE.index(s) for s in stages]
         if order != sorted(order) or len(set(order)) != len(order):
             raise ValueError(f"stages must be unique and in pipeline order {list(PIPELINE)}")
-        if len(set(self.experts)) != len(self.experts):
+        return stages
+
+    @field_validator("experts")
+    @classmethod
+    def _unique_experts(cls, experts: list[str]) -> list[str]:
+        if len(set(experts)) != len(experts):
             raise ValueError("experts must be unique")
-        return self
+        return experts
 
     @property
     def judge_ids(self) -> list[str]:
