@@ -1,0 +1,327 @@
+"""Stage ``emit``: the verified SFT dataset and its card.
+
+Input (the ``verify`` output, one row per (instruction, model)): ``instruction_id,
+instruction, model, response, status, tests_passed, selected`` and, when upstream provides
+them, ``judge_score, final_score, elo, difficulty`` (``difficulty`` is joined from the
+``difficulty`` stage when ``verify`` does not carry it).
+
+Output: one row per instruction whose answer was selected: ``instruction_id, messages``
+(``list<struct<role, content>>``: optional system, user, assistant) and the provenance columns
+``source_model, verified, status, tests_passed, judge_score, final_score, elo, difficulty,
+run_id, config_hash``. Side artifacts: ``dataset/{split}-NNNNN-of-NNNNN.parquet`` and the
+Hugging Face style card ``dataset/README.md``. Rows of answers that were not selected are
+dropped with reason ``not_selected``; selected answers with an empty response with
+``empty_response``.
+
+The dataset files load unchanged with ``datasets.load_dataset("parquet", data_files=...)``
+and TRL's ``SFTTrainer`` (the ``messages`` column is TRL's conversational format).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pydantic import Field
+
+from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from stages.dataset_card import CardInfo, render_card
+
+log = logging.getLogger(__name__)
+
+VERIFIED_STATUS = "passed"
+
+MESSAGE_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+
+# The emitted schema, in column order. Provenance columns are nullable: a run without a judge
+# or without tests still emits, and null says "not measured" rather than a made-up score.
+SFT_SCHEMA = pa.schema([
+    ("instruction_id", pa.string()),
+    ("messages", MESSAGE_TYPE),
+    ("source_model", pa.string()),
+    ("verified", pa.bool_()),
+    ("status", pa.string()),
+    ("tests_passed", pa.int64()),
+    ("judge_score", pa.float64()),
+    ("final_score", pa.float64()),
+    ("elo", pa.float64()),
+    ("difficulty", pa.float64()),
+    ("run_id", pa.string()),
+    ("config_hash", pa.string()),
+])
+
+REQUIRED_COLUMNS = ("instruction_id", "instruction", "model", "response", "status")
+OPTIONAL_NUMERIC = ("tests_passed", "judge_score", "final_score", "elo", "difficulty")
+
+
+class EmitConfig(StageConfig):
+    """Config of the ``emit`` stage.
+
+    Attributes:
+        system_prompt: prepended as a ``system`` message when set.
+        holdout_fraction: share of instructions put in the ``test`` split (0 disables it).
+        shard_rows: at most this many rows per Parquet file.
+        dataset_name: the card's title.
+        license: the dataset's own license tag in the card.
+        extra_models: models used by the run beyond the experts and difficulty raters
+            (embedder, judges) to list with their licenses in the card.
+    """
+
+    system_prompt: str | None = None
+    holdout_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+    shard_rows: int = Field(default=100_000, gt=0)
+    dataset_name: str = "arenaforge-sft"
+    license: str = "other"
+    extra_models: tuple[str, ...] = ()
+
+
+def build_sft_rows(selected: pa.Table, *, system_prompt: str | None, run_id: str,
+                   config_hash: str) -> pa.Table:
+    """Turn the selected answers into SFT rows with a ``messages`` column.
+
+    Args:
+        selected: one row per instruction with at least ``instruction_id, instruction, model,
+            response, status``; ``tests_passed, judge_score, final_score, elo, difficulty`` are
+            copied when present and null otherwise.
+        system_prompt: the optional system message.
+        run_id: the run's name, copied into every row.
+        config_hash: the run config's fingerprint, copied into every row.
+
+    Returns:
+        A table with schema ``SFT_SCHEMA``.
+
+    Raises:
+        ValueError: a required column is missing or a row has an empty instruction/response.
+
+    Example::
+
+        >>> t = pa.table({"instruction_id": ["ab"], "instruction": ["Add 1"], "model": ["m"],
+        ...               "response": ["x + 1"], "status": ["passed"]})
+        >>> build_sft_rows(t, system_prompt=None, run_id="r", config_hash="h").column(
+        ...     "messages").to_pylist()
+        [[{'role': 'user', 'content': 'Add 1'}, {'role': 'assistant', 'content': 'x + 1'}]]
+    """
+    missing = [c for c in REQUIRED_COLUMNS if c not in selected.column_names]
+    if missing:
+        raise ValueError(f"emit: input lacks required column(s) {missing}; "
+                         f"has {selected.column_names}")
+    instructions = selected.column("instruction").to_pylist()
+    responses = selected.column("response").to_pylist()
+    ids = selected.column("instruction_id").to_pylist()
+    messages = []
+    for row, (iid, user, answer) in enumerate(zip(ids, instructions, responses, strict=True)):
+        for field, text in (("instruction", user), ("response", answer)):
+            if text is None or not text.strip():
+                raise ValueError(f"emit: row {row} (instruction_id={iid}) has an empty {field}")
+        turns = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        turns += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        messages.append(turns)
+
+    n = selected.num_rows
+    status = selected.column("status").cast(pa.string())
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        "instruction_id": selected.column("instruction_id").cast(pa.string()),
+        "messages": pa.array(messages, type=MESSAGE_TYPE),
+        "source_model": selected.column("model").cast(pa.string()),
+        "verified": pc.equal(status, VERIFIED_STATUS),
+        "status": status,
+    }
+    for name in OPTIONAL_NUMERIC:
+        typ = SFT_SCHEMA.field(name).type
+        columns[name] = (selected.column(name).cast(typ) if name in selected.column_names
+                         else pa.nulls(n, typ))
+    columns["run_id"] = pa.array([run_id] * n, pa.string())
+    columns["config_hash"] = pa.array([config_hash] * n, pa.string())
+    return pa.table(columns, schema=SFT_SCHEMA)
+
+
+def holdout_mask(instruction_ids: list[str], fraction: float, seed: int) -> list[bool]:
+    """Which rows go to the held-out split.
+
+    Decided per instruction by a seeded hash, so the split is stable across reruns, row
+    orders and shardings, and the same instruction never lands in both splits.
+    """
+    if fraction <= 0:
+        return [False] * len(instruction_ids)
+    out = []
+    for iid in instruction_ids:
+        digest = hashlib.sha256(f"{seed}:{iid}".encode()).digest()
+        out.append(int.from_bytes(digest[:8], "big") / 2**64 < fraction)
+    return out
+
+
+def plan_files(table: pa.Table, *, shard_rows: int, holdout_fraction: float,
+               seed: int) -> dict[str, pa.Table]:
+    """Split and shard the SFT table into named Parquet files.
+
+    Returns:
+        ``{"train-00000-of-00002.parquet": table, ..., "test-00000-of-00001.parquet": ...}``,
+        the Hugging Face Hub naming for sharded splits. ``train`` is always present (possibly
+        empty, so a run that selected nothing still yields a loadable file); ``test`` only when
+        ``holdout_fraction`` > 0 and it got rows.
+    """
+    mask = pa.array(holdout_mask(table.column("instruction_id").to_pylist(),
+                                 holdout_fraction, seed), pa.bool_())
+    splits = {"train": table.filter(pc.invert(mask)), "test": table.filter(mask)}
+    files: dict[str, pa.Table] = {}
+    for split, part in splits.items():
+        if split != "train" and part.num_rows == 0:
+            continue
+        n_shards = max(1, -(-part.num_rows // shard_rows))
+        for i in range(n_shards):
+            name = f"{split}-{i:05d}-of-{n_shards:05d}.parquet"
+            files[name] = part.slice(i * shard_rows, shard_rows)
+    return files
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """Serialise a table to Parquet bytes (zstd), as written to disk by the stage."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def write_dataset(table: pa.Table, out_dir: Path, *, shard_rows: int = 100_000,
+                  holdout_fraction: float = 0.0, seed: int = 0) -> list[Path]:
+    """Write the SFT table as sharded Parquet files under ``out_dir`` (outside a run).
+
+    Each file is written to a temporary name and renamed, so a reader never sees half a file.
+
+    Returns:
+        The written paths, train shards first.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, part in plan_files(table, shard_rows=shard_rows,
+                                 holdout_fraction=holdout_fraction, seed=seed).items():
+        path = out_dir / name
+        tmp = path.with_suffix(".parquet.tmp")
+        tmp.write_bytes(parquet_bytes(part))
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
+
+
+def split_sizes(files: Mapping[str, pa.Table]) -> dict[str, int]:
+    """Rows per split from ``plan_files`` output."""
+    sizes: dict[str, int] = {}
+    for name, part in files.items():
+        split = name.split("-", 1)[0]
+        sizes[split] = sizes.get(split, 0) + part.num_rows
+    return sizes
+
+
+def read_funnel(run_dir: Path) -> list[dict[str, Any]]:
+    """Rows in/out and drops by reason of the stages completed so far, from ``manifest.json``.
+
+    A missing or unreadable manifest gives an empty funnel (the card then says less) rather
+    than made-up numbers.
+    """
+    from stages import PIPELINE
+
+    try:
+        stages = json.loads((run_dir / "manifest.json").read_text()).get("stages", {})
+    except (OSError, json.JSONDecodeError) as err:
+        log.warning("emit: no funnel for the card, manifest unreadable: %s", err)
+        return []
+    return [{"stage": name, "rows_in": stages[name].get("rows_in"),
+             "kept": stages[name].get("rows_out"), "dropped": stages[name].get("dropped", {})}
+            for name in PIPELINE if name in stages and stages[name].get("status") == "complete"]
+
+
+def _fill_from(table: pa.Table, ctx: StageContext, stage: str, column: str) -> pa.Table:
+    """Left-join ``column`` from an earlier stage's output when ``table`` lacks it."""
+    if column in table.column_names:
+        return table
+    other = ctx.read(stage, columns=["instruction_id", column],
+                     instruction_ids=table.column("instruction_id").to_pylist())
+    return table.join(other, "instruction_id", join_type="left outer")
+
+
+def _with_reason(table: pa.Table, reason: str) -> pa.Table:
+    return table.append_column("reason", pa.array([reason] * table.num_rows, pa.string()))
+
+
+def _run_models(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> list[str]:
+    """Every model that shaped the data: experts, difficulty raters and ``extra_models``."""
+    models = set(ctx.read("answer", columns=["model"]).column("model").to_pylist())
+    models |= set(table.column("model").to_pylist())
+    votes = ctx.read("difficulty", columns=["difficulty_votes"]).column("difficulty_votes")
+    for row in votes.to_pylist():
+        models |= {v["judge"] for v in row or () if v.get("judge")}
+    models |= set(cfg.extra_models)
+    return sorted(m for m in models if m)
+
+
+def _config_hash(ctx: StageContext) -> str:
+    config = ctx.config
+    for attr in ("fingerprint", "config_hash"):
+        value = getattr(config, attr, None)
+        if value is not None:
+            return value() if callable(value) else str(value)
+    dumped = config.model_dump(mode="json") if hasattr(config, "model_dump") else repr(config)
+    return hashlib.sha256(json.dumps(dumped, sort_keys=True, default=str).encode()).hexdigest()[:16]
+
+
+def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
+    """Select the chosen answers, write the dataset shards and the card."""
+    if "selected" not in table.column_names:
+        raise ValueError(f"emit: verify output lacks column 'selected'; has {table.column_names}")
+    is_selected = pc.fill_null(table.column("selected"), False)
+    responses = pc.fill_null(pc.utf8_trim_whitespace(table.column("response").cast(pa.string())), "")
+    empty = pc.and_(is_selected, pc.equal(responses, ""))
+    keep = pc.and_(is_selected, pc.invert(empty))
+    dropped = pa.concat_tables([_with_reason(table.filter(pc.invert(is_selected)), "not_selected"),
+                                _with_reason(table.filter(empty), "empty_response")])
+    chosen = table.filter(keep)
+    # verify may not carry every provenance column through; the stages that made them can.
+    chosen = _fill_from(chosen, ctx, "difficulty", "difficulty")
+    chosen = _fill_from(chosen, ctx, "rate", "final_score").sort_by("instruction_id")
+
+    run_id = ctx.run_dir.name
+    sft = build_sft_rows(chosen, system_prompt=cfg.system_prompt, run_id=run_id,
+                         config_hash=_config_hash(ctx))
+    files = plan_files(sft, shard_rows=cfg.shard_rows, holdout_fraction=cfg.holdout_fraction,
+                       seed=ctx.seed)
+    for name, part in files.items():
+        ctx.write_artifact(f"dataset/{name}", part)
+
+    info = CardInfo(
+        name=cfg.dataset_name, license=cfg.license, run_id=run_id,
+        config_hash=sft.column("config_hash")[0].as_py() if sft.num_rows else _config_hash(ctx),
+        files=sorted(files), split_sizes=split_sizes(files), system_prompt=cfg.system_prompt,
+        funnel=read_funnel(ctx.run_dir) + [{"stage": "emit", "rows_in": table.num_rows,
+                                            "kept": sft.num_rows,
+                                            "dropped": _reason_counts(dropped)}],
+        models=_run_models(table, cfg, ctx), source_counts=_value_counts(sft, "source_model"),
+        verified=int(pc.sum(sft.column("verified")).as_py() or 0), schema=SFT_SCHEMA,
+    )
+    ctx.write_artifact("dataset/README.md", render_card(info, ctx.model_spec))
+    stats = {f"rows_{split}": float(n) for split, n in info.split_sizes.items()}
+    stats["verified"] = float(info.verified)
+    return StageResult(table=sft, dropped=dropped, stats=stats)
+
+
+def _value_counts(table: pa.Table, column: str) -> dict[str, int]:
+    return {d["values"]: d["counts"] for d in pc.value_counts(table.column(column)).to_pylist()}
+
+
+def _reason_counts(dropped: pa.Table) -> dict[str, int]:
+    return _value_counts(dropped, "reason") if dropped.num_rows else {}
+
+
+STAGE = StageSpec(
+    name="emit", config=EmitConfig, run=run, source="verify", sharded=False,
+    needs=("answer", "rate", "difficulty"),
+    inputs=("instruction_id", "instruction", "model", "response", "status", "selected"),
+    outputs=tuple(SFT_SCHEMA.names),
+)

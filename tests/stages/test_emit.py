@@ -1,0 +1,237 @@
+"""emit: SFT rows, splits and shards, the dataset card, and loading with datasets / TRL."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from pipeline.store import RunStore
+from pipeline.textnorm import instruction_id
+from stages.dataset_card import hf_features, license_of
+from stages.emit import (
+    SFT_SCHEMA,
+    EmitConfig,
+    build_sft_rows,
+    holdout_mask,
+    plan_files,
+    run,
+    write_dataset,
+)
+
+
+def _selected(n: int = 4, **extra) -> pa.Table:
+    texts = [f"Write a function f{i}(x) that returns x + {i}." for i in range(n)]
+    cols = {
+        "instruction_id": [instruction_id(t) for t in texts],
+        "instruction": texts,
+        "model": ["qwen2.5-coder-0.5b" if i % 2 else "smollm2-135m" for i in range(n)],
+        "response": [f"```python\ndef f{i}(x):\n    return x + {i}\n```" for i in range(n)],
+        "status": ["passed" if i % 3 else "failed" for i in range(n)],
+    }
+    cols.update(extra)
+    return pa.table(cols)
+
+
+def test_messages_have_user_then_assistant_and_optional_system():
+    t = _selected(2)
+    plain = build_sft_rows(t, system_prompt=None, run_id="r1", config_hash="c1")
+    assert plain.schema == SFT_SCHEMA
+    assert [m["role"] for m in plain.column("messages")[0].as_py()] == ["user", "assistant"]
+    assert plain.column("messages")[1].as_py()[1]["content"] == t.column("response")[1].as_py()
+    sys = build_sft_rows(t, system_prompt="You write Python.", run_id="r1", config_hash="c1")
+    first = sys.column("messages")[0].as_py()
+    assert [m["role"] for m in first] == ["system", "user", "assistant"]
+    assert first[0]["content"] == "You write Python."
+
+
+def test_provenance_columns_copied_verified_derived_and_missing_ones_null():
+    t = _selected(3, tests_passed=[0, 4, 2], elo=[1010.5, 990.0, 1000.0])
+    out = build_sft_rows(t, system_prompt=None, run_id="run-7", config_hash="abc")
+    assert out.column("verified").to_pylist() == [False, True, True]
+    assert out.column("source_model").to_pylist() == t.column("model").to_pylist()
+    assert out.column("tests_passed").to_pylist() == [0, 4, 2]
+    assert out.column("elo").to_pylist() == [1010.5, 990.0, 1000.0]
+    assert out.column("judge_score").to_pylist() == [None] * 3
+    assert set(out.column("run_id").to_pylist()) == {"run-7"}
+    assert set(out.column("config_hash").to_pylist()) == {"abc"}
+
+
+def test_bad_input_names_the_column_or_row():
+    with pytest.raises(ValueError, match="response"):
+        build_sft_rows(_selected(2).drop_columns(["response"]), system_prompt=None,
+                       run_id="r", config_hash="h")
+    t = _selected(3)
+    t = t.set_column(t.schema.get_field_index("response"), "response",
+                     pa.array(["ok", "  ", "ok"]))
+    with pytest.raises(ValueError, match=r"row 1 .*empty response"):
+        build_sft_rows(t, system_prompt=None, run_id="r", config_hash="h")
+
+
+def test_holdout_is_per_instruction_stable_and_near_the_fraction():
+    ids = [instruction_id(f"task {i}") for i in range(2000)]
+    mask = holdout_mask(ids, 0.2, seed=3)
+    assert 0.17 < sum(mask) / len(mask) < 0.23
+    # Order does not matter: each instruction's side depends on itself and the seed only.
+    rev = holdout_mask(ids[::-1], 0.2, seed=3)[::-1]
+    assert rev == mask
+    assert holdout_mask(ids, 0.2, seed=4) != mask
+    assert not any(holdout_mask(ids, 0.0, seed=3))
+
+
+@pytest.mark.parametrize("n,shard_rows,expected", [
+    (5, 2, ["train-00000-of-00003.parquet", "train-00001-of-00003.parquet",
+            "train-00002-of-00003.parquet"]),
+    (4, 4, ["train-00000-of-00001.parquet"]),
+    (0, 4, ["train-00000-of-00001.parquet"]),
+])
+def test_shards_are_named_like_the_hub_and_keep_every_row(n, shard_rows, expected):
+    sft = build_sft_rows(_selected(n), system_prompt=None, run_id="r", config_hash="h")
+    files = plan_files(sft, shard_rows=shard_rows, holdout_fraction=0.0, seed=0)
+    assert list(files) == expected
+    assert pa.concat_tables(files.values()).equals(sft)
+
+
+def test_hf_features_match_datasets_own_conversion():
+    from datasets import Features
+
+    assert hf_features(SFT_SCHEMA) == Features.from_arrow_schema(SFT_SCHEMA)._to_yaml_list()
+
+
+@pytest.mark.parametrize("model,license_name", [
+    ("qwen2.5-coder-0.5b", "Apache-2.0"),
+    ("Qwen2.5-Coder-3B-Instruct", "Qwen Research License"),
+    ("smollm2-135m", "Apache-2.0"),
+    ("gemma-3-270m", "Gemma Terms of Use"),
+    ("all-MiniLM-L6-v2", "Apache-2.0"),
+])
+def test_license_notes(model, license_name):
+    assert license_of(model)[0] == license_name
+
+
+def test_unknown_model_license_is_said_unknown_not_guessed():
+    assert license_of("some-private-model")[0].startswith("unknown")
+
+
+def test_written_files_load_with_datasets_and_are_conversational_for_trl(tmp_path):
+    from datasets import load_dataset
+    from trl.data_utils import is_conversational
+
+    sft = build_sft_rows(_selected(6, tests_passed=list(range(6))),
+                         system_prompt="Answer with code.", run_id="r", config_hash="h")
+    paths = write_dataset(sft, tmp_path, shard_rows=4, holdout_fraction=0.0, seed=0)
+    assert [p.name for p in paths] == ["train-00000-of-00002.parquet",
+                                       "train-00001-of-00002.parquet"]
+    ds = load_dataset("parquet", data_files={"train": [str(p) for p in paths]}, split="train")
+    assert len(ds) == 6
+    assert ds[0]["messages"][0] == {"role": "system", "content": "Answer with code."}
+    assert all(is_conversational(row) for row in ds)
+    assert ds.features["verified"].dtype == "bool"
+
+
+class _Ctx:
+    """The parts of the runner's context that ``emit`` uses, over a real run directory.
+
+    Upstream stage outputs are given as tables; artifacts go through the real ``RunStore``.
+    """
+
+    def __init__(self, run_dir: Path, tables: dict[str, pa.Table], seed: int = 0):
+        self.run_dir, self.tables, self.seed = run_dir, tables, seed
+        self.config = type("Cfg", (), {"config_hash": lambda self: "cfg123"})()
+
+    def read(self, stage, columns=None, instruction_ids=None):
+        table = self.tables[stage]
+        if instruction_ids is not None:
+            import pyarrow.compute as pc
+
+            table = table.filter(pc.is_in(table.column("instruction_id"),
+                                          value_set=pa.array(list(instruction_ids))))
+        return table.select(list(columns)) if columns else table
+
+    def write_artifact(self, relpath, data):
+        return RunStore(self.run_dir).write_artifact(relpath, data)
+
+    def model_spec(self, model_id):
+        raise KeyError(model_id)
+
+
+def _verify_table() -> pa.Table:
+    sel = _selected(4)
+    ids = sel.column("instruction_id").to_pylist()
+    rows = []
+    for i, iid in enumerate(ids):
+        for model in ("qwen2.5-coder-0.5b", "smollm2-135m"):
+            chosen = model == sel.column("model")[i].as_py()
+            rows.append({"instruction_id": iid, "instruction": sel.column("instruction")[i].as_py(),
+                         "model": model,
+                         "response": sel.column("response")[i].as_py() if chosen else "other",
+                         "status": sel.column("status")[i].as_py() if chosen else "failed",
+                         "tests_passed": 3 if chosen else 0, "tests_total": 3,
+                         "selected": chosen, "judge_score": 7.5, "elo": 1000.0 + i})
+    # A selected answer that is blank is dropped, with its reason.
+    next(r for r in reversed(rows) if r["selected"])["response"] = "   "
+    return pa.Table.from_pylist(rows)
+
+
+def test_stage_writes_dataset_and_card_and_counts_drops(tmp_path):
+    verify = _verify_table()
+    ids = sorted(set(verify.column("instruction_id").to_pylist()))
+    difficulty = pa.table({
+        "instruction_id": ids, "difficulty": [3.0, 5.0, 7.0, 9.0],
+        "difficulty_votes": [[{"judge": "gemma-3-270m", "score": 5}]] * 4})
+    answer = verify.select(["instruction_id", "model"])
+    rate = pa.table({"instruction_id": ids, "final_score": [0.1, 0.2, 0.3, 0.4]})
+    (tmp_path / "manifest.json").write_text(json.dumps({"stages": {
+        "mine": {"status": "complete", "rows_in": 10, "rows_out": 8, "dropped": {"empty": 2}},
+        "verify": {"status": "complete", "rows_in": 8, "rows_out": 8, "dropped": {}}}}))
+    ctx = _Ctx(tmp_path, {"difficulty": difficulty, "answer": answer, "rate": rate}, seed=1)
+    cfg = EmitConfig(system_prompt="Be brief.", extra_models=("all-MiniLM-L6-v2",))
+
+    result = run(verify, cfg, ctx)
+
+    assert result.table.num_rows == 3
+    assert result.table.schema == SFT_SCHEMA
+    assert result.dropped.column("reason").to_pylist().count("not_selected") == 4
+    assert result.dropped.column("reason").to_pylist().count("empty_response") == 1
+    by_id = dict(zip(ids, [3.0, 5.0, 7.0, 9.0]))
+    assert [by_id[i] for i in result.table.column("instruction_id").to_pylist()] == \
+        result.table.column("difficulty").to_pylist()
+    assert set(result.table.column("final_score").to_pylist()) <= {0.1, 0.2, 0.3, 0.4}
+    assert set(result.table.column("config_hash").to_pylist()) == {"cfg123"}
+
+    shard = tmp_path / "dataset" / "train-00000-of-00001.parquet"
+    assert pq.read_table(shard).equals(result.table)
+    card = (tmp_path / "dataset" / "README.md").read_text()
+    header = yaml.safe_load(card.split("---\n")[1])
+    assert header["dataset_info"]["splits"] == [{"name": "train", "num_examples": 3}]
+    assert header["configs"][0]["data_files"] == [{"split": "train", "path": "train-*.parquet"}]
+    for expected in ("Gemma Terms of Use", "Apache-2.0", "all-MiniLM-L6-v2", "| mine | 10 | 8 |",
+                     "empty_response: 1", "not_selected: 4"):
+        assert expected in card
+
+    # The folder with its card is a dataset the Hub loader understands without arguments.
+    from datasets import load_dataset
+
+    ds = load_dataset(str(tmp_path / "dataset"), split="train")
+    assert len(ds) == 3 and ds[0]["messages"][0]["role"] == "system"
+
+
+def test_stage_holdout_split_is_written_and_described(tmp_path):
+    verify = _verify_table()
+    ids = sorted(set(verify.column("instruction_id").to_pylist()))
+    ctx = _Ctx(tmp_path, {
+        "difficulty": pa.table({"instruction_id": ids, "difficulty": [1.0] * 4,
+                                "difficulty_votes": [[]] * 4}),
+        "answer": verify.select(["instruction_id", "model"]),
+        "rate": pa.table({"instruction_id": ids, "final_score": [0.0] * 4})})
+    result = run(verify, EmitConfig(holdout_fraction=0.5), ctx)
+    files = sorted(p.name for p in (tmp_path / "dataset").glob("*.parquet"))
+    n_test = sum(holdout_mask(result.table.column("instruction_id").to_pylist(), 0.5, 0))
+    assert 0 < n_test < 3, "seed 0 splits these ids both ways"
+    assert files == ["test-00000-of-00001.parquet", "train-00000-of-00001.parquet"]
+    assert result.stats == {"rows_train": 3.0 - n_test, "rows_test": float(n_test),
+                            "verified": 2.0}
