@@ -1,0 +1,98 @@
+"""Sandboxed execution of untrusted Python (generated solutions and generated tests).
+
+User doc. ``run_tests(solution, tests)`` runs ``solution`` and then ``tests`` (plain ``assert``
+statements, or a HumanEval-style ``def check(candidate): ...`` followed by its call) and returns an
+``ExecResult``: ``status`` in ``passed | failed | error | timeout | memory | output_limit``,
+``passed``, assertion counts, stdout/stderr tails, duration, the isolation mode and the limits that
+were active. ``SandboxPool.from_config(SandboxConfig(...))`` runs batches (``run_many``, order
+preserved) on several workers; it is what the runner hands stages through ``ctx.sandbox()``, and it
+can be built inside a Ray worker.
+
+Layers, and what each one protects against:
+
+* **A non-root uid per worker slot** (``uid_base + slot``, dropped with ``setpriv``; slots are
+  locked across processes). ``RLIMIT_NPROC`` is ignored for root, so a fork bomb is only
+  capped for a real non-root uid; the uid also owns nothing on the host.
+* **bubblewrap namespaces** (pid, net, ipc, uts, mount, cgroup): no network at all (not even the
+  host's loopback), no view of host processes, a read-only ``/usr`` and interpreter prefix, no
+  host ``/etc``, ``/home``, ``/root`` or project directory, a cleared environment (no secrets in
+  ``os.environ``), ``--die-with-parent`` so a killed supervisor leaves no sandbox behind.
+* **A fresh user/pid/mount/ipc/uts namespace per job** inside the sandbox: the job is pid 1 of its
+  own pid namespace, so when it ends the kernel kills everything it started (a ``setsid`` daemon
+  that ignores SIGTERM included); it cannot see or signal the fork server; its ``/work`` and
+  ``/tmp`` are size-limited tmpfs mounts that vanish with it (disk fill, writes outside the work
+  dir, files left for the next job).
+* **seccomp deny-list** (loaded by the trusted harness): no sockets but AF_UNIX, no ptrace,
+  process_vm_*, bpf, perf_event_open, io_uring, keyctl, mount/unshare/setns/namespace clones,
+  TIOCSTI; escapes through kernel surfaces a test never needs.
+* **rlimits set by the trusted harness before untrusted code runs**: AS (memory per process), CPU,
+  NPROC (fork bombs), FSIZE (file size), NOFILE (fd exhaustion), CORE=0.
+* **cgroup v1 memory and pids** per slot when writable (root): a memory bomb spread over many
+  processes is capped as a whole and the job, not the server, is OOM-killed (``memory`` status).
+  Without them ``RLIMIT_AS`` x ``RLIMIT_NPROC`` bounds it; ``ExecResult.limits`` says which.
+* **Wall-clock deadline** enforced by the harness (and, with slack, by the supervisor), killing the
+  whole process tree; **output caps** on stdout+stderr (``output_limit``).
+* **A verdict channel on its own descriptor**: the verdict is never parsed from stdout, so a forged
+  ``PASSED`` print is just output. Passing needs positive evidence that the tests finished:
+  ``sys.exit(0)`` / ``os._exit(0)`` before or during the tests is an ``error``. Comparisons in
+  asserts accept only exact builtin types (an object whose ``__eq__`` is always true fails), and
+  builtins and ``unittest.TestCase`` are restored after the solution ran. Limit: the solution and
+  the tests share one interpreter, so code written to attack this harness specifically could still
+  forge its own verdict; it can never leave the sandbox.
+
+Modes: ``forkserver`` (default via ``auto``): one sandbox per worker forks a fresh job namespace
+per job and is recycled every ``recycle_after`` jobs (hundreds of jobs/s). ``per_exec``: a new
+sandbox per job (tens of jobs/s). ``degraded``: no namespaces and no uid drop, only rlimits and
+seccomp; runs only when configured explicitly, for machines without bubblewrap, and says so on
+every result. ``self_check()`` lists what is missing and how to install it; ``auto`` fails with
+that list instead of degrading.
+"""
+
+from __future__ import annotations
+
+import atexit
+import threading
+
+from pipeline.sandbox.checks import self_check
+from pipeline.sandbox.config import SandboxConfig
+from pipeline.sandbox.pool import SandboxPool, SandboxUnavailable
+from pipeline.sandbox.result import (
+    ERROR, FAILED, MEMORY, OUTPUT_LIMIT, PASSED, STATUSES, TIMEOUT, ExecResult, Job,
+)
+
+__all__ = [
+    "ERROR", "FAILED", "MEMORY", "OUTPUT_LIMIT", "PASSED", "STATUSES", "TIMEOUT", "ExecResult",
+    "Job", "SandboxConfig", "SandboxPool", "SandboxUnavailable", "run_tests", "self_check",
+]
+
+_default_pool: SandboxPool | None = None
+_default_lock = threading.Lock()
+
+
+def _close_default_pool() -> None:
+    if _default_pool is not None:
+        _default_pool.close()
+
+
+def run_tests(solution: str, tests: str, timeout_s: float = 5.0, memory_mb: int = 1024
+              ) -> ExecResult:
+    """Run ``solution`` then ``tests`` in a sandbox of the process-wide default pool.
+
+    Args:
+        solution: Python source.
+        tests: Asserts, or ``def check(candidate): ...`` followed by its call.
+        timeout_s: Wall-clock limit of the job.
+        memory_mb: Memory limit of the job's whole process tree.
+
+    Returns:
+        The verdict; see ``ExecResult``.
+
+    Raises:
+        SandboxUnavailable: An isolation layer is missing on this machine.
+    """
+    global _default_pool
+    with _default_lock:
+        if _default_pool is None:
+            _default_pool = SandboxPool.from_config(SandboxConfig())
+            atexit.register(_close_default_pool)
+    return _default_pool.run(Job(solution, tests, timeout_s, memory_mb))

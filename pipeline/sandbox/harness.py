@@ -1,0 +1,484 @@
+"""Trusted job server that runs inside the sandbox (stdlib only; never imports ``pipeline``).
+
+Started as ``python -I -S harness.py CONFIG_JSON`` inside bubblewrap as a non-root uid. It reads
+length-prefixed JSON jobs on stdin and writes one JSON verdict per job on its own descriptor
+(``verdict_fd``); stdout of the untrusted code never reaches the supervisor as a verdict.
+
+Per job (isolated mode) it forks C1, which unshares a fresh user, pid, mount, ipc and uts
+namespace, mounts size-limited tmpfs on /work and /tmp, and forks C2 = pid 1 of the new pid
+namespace. C2 drops every capability (it keeps the sandbox's /proc: bubblewrap's read-only
+sub-mounts make a fresh proc mount impossible, and the server is non-dumpable), sets rlimits, ``no_new_privs`` and the
+seccomp filter, then runs the solution and the tests. When C2 ends the kernel kills everything in
+its namespace (setsid daemons included) and its files vanish with its mount namespace; the job
+cannot see, signal or ptrace the server. After each job the server also sends SIGKILL to every
+other process of the sandbox (``kill(-1)``) and reaps them, so the next job starts clean.
+"""
+
+import binascii
+import builtins
+import ctypes
+import json
+import marshal
+import operator
+import os
+import resource
+import select
+import signal
+import struct
+import sys
+import time
+
+_libc = ctypes.CDLL(None, use_errno=True)
+_CLONE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000  # NS UTS IPC USER PID
+_PR_SET_PDEATHSIG, _PR_SET_DUMPABLE, _PR_SET_SECCOMP = 1, 4, 22
+_PR_SET_CHILD_SUBREAPER, _PR_SET_NO_NEW_PRIVS = 36, 38
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+_PLAIN_SCALARS = frozenset([bool, int, float, complex, str, bytes, type(None)])
+_PLAIN_CONTAINERS = frozenset([list, tuple, set, frozenset, dict])
+# Captured before any untrusted code runs: a solution may rebind the names, not these objects.
+_AssertionError, _BaseException, _SystemExit, _MemoryError = (
+    AssertionError, BaseException, SystemExit, MemoryError)
+_write, _exit, _dumps, _type = os.write, os._exit, json.dumps, type
+
+
+def _check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, "%s: %s" % (what, os.strerror(err)))
+
+
+def _read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        part = os.read(fd, n - len(buf))
+        if not part:
+            return None
+        buf += part
+    return buf
+
+
+def read_frame(fd):
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    return json.loads(_read_exact(fd, struct.unpack(">I", head)[0]))
+
+
+def write_frame(fd, obj):
+    data = json.dumps(obj).encode()
+    os.write(fd, struct.pack(">I", len(data)) + data)
+
+
+# ----------------------------------------------------------------------------- inside the job (C2)
+
+class _Job:
+    """State of the running job, reached by the helpers the rewritten asserts call."""
+
+    ev_fd = -1
+    reason = ""
+
+
+def _emit(**event):
+    _write(_Job.ev_fd, (_dumps(event) + "\n").encode())
+
+
+def _is_plain(value):
+    """True when the value is built only from exact builtin types (no subclasses, no user types)."""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        t = _type(v)
+        if t in _PLAIN_SCALARS:
+            continue
+        if t not in _PLAIN_CONTAINERS:
+            _Job.reason = "non-builtin value of type %s.%s" % (t.__module__, t.__qualname__)
+            return False
+        if id(v) in seen:  # self-referencing containers
+            continue
+        seen.add(id(v))
+        if t is dict:
+            stack.extend(dict.keys(v))
+            stack.extend(dict.values(v))
+        else:
+            stack.extend(v)
+    return True
+
+
+def _af_plain(value):
+    if not _is_plain(value):
+        raise _AssertionError(_Job.reason)
+    return value
+
+
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+            ">": operator.gt, ">=": operator.ge, "in": lambda a, b: a in b,
+            "not in": lambda a, b: a not in b, "is": operator.is_, "is not": operator.is_not}
+
+
+def _af_cmp(ops, *operands):
+    for i, op in enumerate(ops):
+        left, right = operands[i], operands[i + 1]
+        if op not in ("is", "is not") and not (_is_plain(left) and _is_plain(right)):
+            raise _AssertionError("comparison refused: " + _Job.reason)
+        result = _COMPARE[op](left, right)
+        if _type(result) is not bool:
+            raise _AssertionError("comparison returned a non-bool")
+        if not result:
+            return False
+    return True
+
+
+def _af_assert(value):
+    if value:
+        _emit(e="ok")
+    return value
+
+
+def _frames(tb, sources):
+    """The traceback lines that point into the solution or the tests, innermost last."""
+    out = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        lines = sources.get(code.co_filename)
+        if lines is not None:
+            n = tb.tb_lineno
+            text = lines[n - 1].strip() if 0 < n <= len(lines) else ""
+            out.append("%s line %d, in %s: %s" % (code.co_filename, n, code.co_name, text))
+        tb = tb.tb_next
+    return out
+
+
+def _report(exc, phase, sources):
+    name = _type(exc).__name__
+    if phase == "compile":
+        kind = "syntax"
+    elif isinstance(exc, _SystemExit):
+        kind = "exit"
+    elif isinstance(exc, _AssertionError):
+        kind = "assertion"
+    elif isinstance(exc, _MemoryError):
+        kind = "memory"
+    else:
+        kind = "runtime"
+    frames = _frames(exc.__traceback__, sources)[-3:]
+    try:
+        text = str(exc)
+    except _BaseException:
+        text = "<unprintable>"
+    msg = "\n".join(frames + ["%s: %s" % (name, text[:500])])
+    _emit(e="exc", phase=phase, kind=kind, name=name, msg=msg[:2000])
+
+
+def run_job(job, cfg):
+    """Run solution then tests in this process (C2). Never returns."""
+    sources = {"<solution>": job["solution"].splitlines(), "<tests>": job["lines"]}
+    try:
+        solution = compile(job["solution"], "<solution>", "exec", dont_inherit=True, optimize=0)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        _report(exc, "compile", sources)
+        _exit(0)
+    chunks = [(kind, marshal.loads(binascii.a2b_base64(code))) for kind, code in job["chunks"]]
+    snapshots = [(builtins, dict(vars(builtins)))]
+    if "unittest" in sys.modules:
+        case = sys.modules["unittest"].TestCase
+        snapshots.append((case, dict(vars(case))))
+    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    _emit(e="start")
+    try:
+        exec(solution, namespace)
+    except _BaseException as exc:  # noqa: BLE001 - every way out of the solution is a verdict
+        _report(exc, "solution", sources)
+        _flush_and_exit()
+    _restore_builtins(snapshots)
+    namespace.update(__af_cmp=_af_cmp, __af_plain=_af_plain, __af_assert=_af_assert)
+    for kind, code in chunks:
+        try:
+            exec(code, namespace)
+        except _AssertionError as exc:
+            _report(exc, "tests", sources)
+            if kind != "assert":
+                break
+        except _BaseException as exc:  # noqa: BLE001
+            _report(exc, "tests", sources)
+            if kind != "assert" or isinstance(exc, (_SystemExit, _MemoryError)):
+                break
+    else:
+        _emit(e="done")
+    _flush_and_exit()
+
+
+def _restore_builtins(snapshots):
+    # A solution that rebinds builtins (AssertionError, isinstance...) or patches
+    # unittest.TestCase must not change how the tests behave.
+    for target, saved in snapshots:
+        current = vars(target)
+        if target is builtins:
+            for key in [k for k in current if k not in saved]:
+                del current[key]
+            for key, val in saved.items():
+                if current.get(key) is not val:
+                    current[key] = val
+        else:
+            for key, val in saved.items():
+                if current.get(key) is not val:
+                    setattr(target, key, val)
+
+
+def _flush_and_exit():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except _BaseException:  # noqa: BLE001 - a closed or replaced stream must not hide the verdict
+            pass
+    _exit(0)
+
+
+def _prepare_c2(job, cfg, fds):
+    """Limits, output plumbing and privilege drop of C2, before any untrusted code."""
+    ev_w, out_w, err_w = fds
+    if cfg["isolated"]:
+        _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        data = (ctypes.c_uint32 * 6)()
+        _check(_libc.capset(header, data), "capset")
+    else:
+        os.setsid()
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    ev = os.dup2(ev_w, 3)
+    os.closerange(4, 1 << 16)
+    _Job.ev_fd = ev
+    os.chdir(cfg["work_dir"])
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # the memory cgroup kills the job, never the server
+    except OSError:
+        pass
+    vsz = int(open("/proc/self/statm").read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    timeout = float(job["timeout_s"])
+    limits = [
+        (resource.RLIMIT_AS, vsz + int(job["memory_mb"]) * (1 << 20)),
+        (resource.RLIMIT_CPU, int(timeout) + 1),
+        (resource.RLIMIT_NPROC, cfg["max_procs"] + 4),  # + server, C1, C2 and slack
+        (resource.RLIMIT_FSIZE, cfg["work_bytes"]),
+        (resource.RLIMIT_NOFILE, cfg["max_files"]),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    for which, value in limits:
+        _soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)  # raising above the hard limit would fail
+        resource.setrlimit(which, (value, value if which != resource.RLIMIT_CPU else value + 1))
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if cfg["seccomp_hex"]:
+        bpf = binascii.unhexlify(cfg["seccomp_hex"])
+        filt = ctypes.create_string_buffer(bpf, len(bpf))
+        prog = struct.pack("HxxxxxxQ", len(bpf) // 8, ctypes.addressof(filt))
+        _check(_libc.prctl(_PR_SET_SECCOMP, 2, ctypes.c_char_p(prog), 0, 0), "seccomp")
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)
+
+
+def _start_c1(job, cfg, fds):
+    """In C1: new namespaces and private tmpfs, then fork C2 and mirror its exit status."""
+    uid, gid = os.getuid(), os.getgid()
+    _check(_libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # needed to write uid_map
+    _check(_libc.unshare(_CLONE_FLAGS), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
+                       ("gid_map", "%d %d 1" % (gid, gid))):
+        with open("/proc/self/" + name, "w") as f:
+            f.write(text)
+    _check(_libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
+    opts = ("size=%d,mode=1777" % cfg["work_bytes"]).encode()
+    for path in (b"/tmp", cfg["work_dir"].encode()):
+        _check(_libc.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, opts),
+               "mount tmpfs")
+    pid = os.fork()
+    if pid == 0:
+        _prepare_c2(job, cfg, fds)
+        run_job(job, cfg)
+    for fd in fds:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    _exit(code if code >= 0 else 128 - code)
+
+
+def _child(job, cfg, fds):
+    try:
+        if cfg["isolated"]:
+            _start_c1(job, cfg, fds)
+        else:
+            _prepare_c2(job, cfg, fds)
+            run_job(job, cfg)
+    except _BaseException as exc:  # noqa: BLE001 - setup failure is a sandbox error
+        try:
+            _write(fds[0], (_dumps({"e": "setup", "msg": "%s: %s" % (_type(exc).__name__, exc)})
+                            + "\n").encode())
+        finally:
+            _exit(70)
+
+
+# ----------------------------------------------------------------------------- the server
+
+class _Tail:
+    def __init__(self, keep):
+        self.keep, self.data, self.total = keep, bytearray(), 0
+
+    def add(self, chunk):
+        self.total += len(chunk)
+        self.data += chunk
+        if len(self.data) > 2 * self.keep + 65536:
+            del self.data[:-self.keep]
+
+    def text(self):
+        return bytes(self.data[-self.keep:] if self.keep else b"").decode("utf-8", "replace")
+
+
+def _kill_all(cfg, pid):
+    if cfg["isolated"]:
+        try:
+            os.kill(-1, signal.SIGKILL)  # every process of the sandbox but pid 1 and this server
+        except ProcessLookupError:
+            pass
+    else:
+        for target in (-pid, pid):
+            try:
+                os.kill(target, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _reap(cfg, pid, status):
+    """Reap C1 and every orphan re-parented here; True when the sandbox is clean again."""
+    if status is None:
+        status = os.waitpid(pid, 0)[1]
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+    if not cfg["isolated"]:
+        return status, True
+    me = os.getpid()
+    for _ in range(400):
+        others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        if not others:
+            return status, True
+        _kill_all(cfg, pid)
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.0005)
+    return status, False
+
+
+def serve_job(job, cfg):
+    """Run one job in a child and supervise it; returns the verdict dict."""
+    start = time.monotonic()
+    ev_r, ev_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for fd in (ev_r, out_r, err_r, 0, cfg["verdict_fd"]):
+            os.close(fd)
+        _child(job, cfg, (ev_w, out_w, err_w))
+    for fd in (ev_w, out_w, err_w):
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    tails = {out_r: _Tail(cfg["tail_bytes"]), err_r: _Tail(cfg["tail_bytes"])}
+    events, ev_buf = [], bytearray()
+    poller = select.poll()
+    for fd in (ev_r, out_r, err_r, pidfd):
+        poller.register(fd, select.POLLIN)
+    open_fds, status, reason = {ev_r, out_r, err_r}, None, None
+    deadline = start + float(job["timeout_s"])
+    while open_fds or status is None:
+        now = time.monotonic()
+        if now >= deadline:
+            reason = "timeout"
+            break
+        if status is not None:
+            deadline = min(deadline, now + 0.2)  # pipes still held by a leftover process
+        for fd, _ in poller.poll(max(0.0, deadline - now) * 1000):
+            if fd == pidfd:
+                status = os.waitpid(pid, 0)[1]
+                poller.unregister(pidfd)
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                poller.unregister(fd)
+                open_fds.discard(fd)
+            elif fd == ev_r:
+                ev_buf += chunk
+                if len(ev_buf) > (1 << 20):
+                    reason = "event_flood"
+                *lines, rest = ev_buf.split(b"\n")
+                ev_buf = bytearray(rest)
+                events.extend(lines)
+            else:
+                tails[fd].add(chunk)
+        if sum(t.total for t in tails.values()) > cfg["output_limit"]:
+            reason = "output_limit"
+        if reason:
+            break
+    if reason or open_fds or status is None:
+        _kill_all(cfg, pid)
+    status, clean = _reap(cfg, pid, status)
+    for fd in (ev_r, out_r, err_r, pidfd):
+        os.close(fd)
+    summary = {"ok": 0, "failed": 0, "first_failure": None, "first_error": None, "done": False,
+               "started": False, "setup": None}
+    for line in events:
+        try:
+            ev = json.loads(line)
+        except ValueError:
+            continue
+        kind = ev.get("e") if isinstance(ev, dict) else None
+        if kind == "ok":
+            summary["ok"] += 1
+        elif kind == "exc":
+            is_failure = ev.get("kind") == "assertion"
+            summary["failed"] += ev.get("phase") == "tests"
+            key = "first_failure" if is_failure else "first_error"
+            summary[key] = summary[key] or {k: str(ev.get(k)) for k in ("phase", "kind", "name", "msg")}
+        elif kind in ("done", "start"):
+            summary["done" if kind == "done" else "started"] = True
+        elif kind == "setup":
+            summary["setup"] = str(ev.get("msg"))
+    code = os.waitstatus_to_exitcode(status)
+    summary.update(reason=reason, exit_code=code if code >= 0 else 128 - code,
+                   stdout=tails[out_r].text(), stderr=tails[err_r].text(),
+                   duration_s=time.monotonic() - start, clean=clean)
+    return summary
+
+
+def main(argv):
+    cfg = json.loads(argv[1])
+    if cfg["isolated"]:
+        # Non-dumpable: a job cannot open /proc/<server>/mem even with the same uid.
+        _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "dumpable")
+        _check(_libc.prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
+    sys.path.extend(cfg["sys_path"])
+    for name in cfg["preload"]:
+        __import__(name)
+    os.environ.clear()
+    os.environ.update(cfg["env"])
+    write_frame(cfg["verdict_fd"], {"ready": True, "pid": os.getpid()})
+    for _ in range(cfg["max_jobs"]):
+        job = read_frame(0)
+        if job is None:
+            return
+        verdict = serve_job(job, cfg)
+        write_frame(cfg["verdict_fd"], verdict)
+        if not verdict["clean"]:
+            return
+
+
+if __name__ == "__main__":
+    main(sys.argv)

@@ -1,0 +1,156 @@
+"""Command lines that start the harness inside bubblewrap, and the worker slots (uids) they use.
+
+As root, bubblewrap runs privileged (no user namespace of its own; it can read the interpreter
+under /root) and ``setpriv`` drops the harness to the slot's uid inside the sandbox, so
+``RLIMIT_NPROC`` counts a real non-root uid. As a non-root user bubblewrap makes an unprivileged
+user namespace and the harness keeps that user's uid.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+import shutil
+import site
+import sys
+import tempfile
+from collections.abc import Sequence
+from pathlib import Path
+
+HARNESS_HOST_PATH = Path(__file__).with_name("harness.py")
+HARNESS_PATH = "/opt/arenaforge/harness.py"
+WORK_DIR = "/work"
+SLOT_LIMIT = 1024
+# Modules a fork-server imports once so that jobs importing them start fast.
+PRELOAD = ("re", "math", "collections", "itertools", "functools", "heapq", "bisect", "string",
+           "typing", "unittest", "operator", "random", "json")
+# ``sh`` writes its own pid into the slot's cgroups, then execs bubblewrap: every process of the
+# sandbox is born inside the cgroups (Popen has no race-free way to do it without preexec_fn).
+_CGROUP_SH = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; '
+              'n=$((n-1)); done; exec "$@"')
+
+
+class Slot:
+    """An exclusive worker slot: one uid, held by a lock file for the life of a pool."""
+
+    def __init__(self, uid: int, lock_fd: int):
+        self.uid = uid
+        self._lock_fd = lock_fd
+
+    def release(self) -> None:
+        if self._lock_fd >= 0:
+            os.close(self._lock_fd)  # closing drops the flock
+            self._lock_fd = -1
+
+
+def _lock_dir() -> Path:
+    base = Path("/run") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir())
+    path = base / "arenaforge-sandbox"
+    path.mkdir(mode=0o700, exist_ok=True)
+    return path
+
+
+def acquire_slots(n: int, uid_base: int) -> list[Slot]:
+    """Lock ``n`` free uids ``uid_base + i``, shared safely between processes (Ray workers).
+
+    Not root: every slot is the current uid (one user cannot switch to another).
+    """
+    if os.geteuid() != 0:
+        return [Slot(os.geteuid(), -1) for _ in range(n)]
+    slots: list[Slot] = []
+    lock_dir = _lock_dir()
+    for i in range(SLOT_LIMIT):
+        if len(slots) == n:
+            return slots
+        fd = os.open(lock_dir / f"uid-{uid_base + i}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        slots.append(Slot(uid_base + i, fd))
+    for slot in slots:
+        slot.release()
+    raise RuntimeError(f"no free sandbox slot among {SLOT_LIMIT} uids from {uid_base}")
+
+
+def _python_dirs() -> list[str]:
+    """Host directories the interpreter needs, outside /usr, deduplicated by containment."""
+    wanted = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix,
+                                            os.path.dirname(os.path.realpath(sys.executable)))}
+    dirs = sorted(p for p in wanted if not (p == "/usr" or p.startswith("/usr/")))
+    return [d for d in dirs if not any(d != o and d.startswith(o + "/") for o in dirs)]
+
+
+def _mkdirs(path: str) -> list[str]:
+    """bwrap creates missing parents 0700 when run as root: create them 0755 first."""
+    args: list[str] = []
+    parts = Path(path).parts[1:-1]
+    for i in range(1, len(parts) + 1):
+        args += ["--perms", "0755", "--dir", "/" + "/".join(parts[:i])]
+    return args
+
+
+def _root_layout() -> list[str]:
+    args = ["--ro-bind", "/usr", "/usr"]
+    for name in ("bin", "sbin", "lib", "lib32", "lib64", "libx32"):
+        host = Path("/") / name
+        if host.is_symlink():
+            args += ["--symlink", os.readlink(host), f"/{name}"]
+        elif host.is_dir():
+            args += ["--ro-bind", str(host), f"/{name}"]
+    return args
+
+
+def harness_config(*, isolated: bool, verdict_fd: int, max_jobs: int, cfg, seccomp_hex: str,
+                   work_dir: str, preload: Sequence[str]) -> str:
+    """The JSON the harness reads from its argv."""
+    paths = site.getsitepackages() if cfg.site_packages else []
+    return json.dumps({
+        "isolated": isolated, "verdict_fd": verdict_fd, "max_jobs": max_jobs,
+        "output_limit": cfg.output_limit_bytes, "tail_bytes": cfg.tail_bytes,
+        "work_bytes": cfg.work_dir_mb << 20, "max_procs": cfg.max_procs,
+        "max_files": cfg.max_open_files, "seccomp_hex": seccomp_hex, "sys_path": paths,
+        "preload": list(preload), "work_dir": work_dir,
+        "env": {"PATH": "/usr/local/bin:/usr/bin:/bin", "HOME": work_dir, "LANG": "C.UTF-8",
+                "TMPDIR": "/tmp"},
+    })
+
+
+def sandbox_command(uid: int, harness_cfg: str, info_fd: int, cfg,
+                    cgroup_procs: Sequence[str] = ()) -> list[str]:
+    """argv for one sandbox: [sh cgroup wrapper] bwrap ... [setpriv] python harness."""
+    bwrap = shutil.which("bwrap") or "bwrap"
+    python = os.path.realpath(sys.executable)
+    work_bytes = str(cfg.work_dir_mb << 20)
+    privileged = os.geteuid() == 0
+    args = [bwrap]
+    if privileged:
+        # setpriv needs CAP_SETUID/SETGID once; they vanish when the uid becomes non-zero.
+        args += ["--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts",
+                 "--unshare-cgroup-try", "--cap-drop", "ALL", "--cap-add", "CAP_SETUID",
+                 "--cap-add", "CAP_SETGID"]
+    else:
+        args += ["--unshare-all", "--unshare-user"]
+    args += ["--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
+             "--info-fd", str(info_fd), *_root_layout()]
+    for path in _python_dirs():
+        args += [*_mkdirs(path), "--ro-bind", path, path]
+    args += [*_mkdirs(HARNESS_PATH), "--ro-bind", str(HARNESS_HOST_PATH), HARNESS_PATH,
+             "--proc", "/proc", "--dev", "/dev",
+             "--perms", "1777", "--size", work_bytes, "--tmpfs", "/tmp",
+             "--perms", "1777", "--size", work_bytes, "--tmpfs", WORK_DIR, "--chdir", WORK_DIR]
+    if privileged:
+        setpriv = shutil.which("setpriv") or "/usr/bin/setpriv"
+        args += [setpriv, f"--reuid={uid}", f"--regid={uid}", "--clear-groups",
+                 "--no-new-privs"]
+    args += [python, "-I", "-S", HARNESS_PATH, harness_cfg]
+    if cgroup_procs:
+        args = ["/bin/sh", "-c", _CGROUP_SH, "sh", str(len(cgroup_procs)), *cgroup_procs, *args]
+    return args
+
+
+def degraded_command(harness_cfg: str) -> list[str]:
+    """argv of the harness without namespaces or uid drop (mode ``degraded`` only)."""
+    return [sys.executable, "-I", "-S", str(HARNESS_HOST_PATH), harness_cfg]

@@ -1,0 +1,158 @@
+"""A pool of sandbox workers, one long-lived thread per slot; order-preserving batch API.
+
+Safe to build inside a Ray worker: no ``preexec_fn``, slots are locked across processes, and each
+sandbox is started by the thread that owns it (see ``worker``).
+"""
+
+from __future__ import annotations
+
+import logging
+import queue
+import threading
+from collections.abc import Sequence
+
+from pipeline.sandbox import cgroups, checks, launcher, seccomp_filter
+from pipeline.sandbox.config import SandboxConfig
+from pipeline.sandbox.prepare import prepare_tests
+from pipeline.sandbox.result import (
+    ERR_SANDBOX, ERR_SYNTAX, ERROR, MODE_DEGRADED, MODE_FORKSERVER, ExecResult, Job,
+)
+from pipeline.sandbox.worker import SandboxWorker
+
+log = logging.getLogger(__name__)
+_STOP = object()
+
+
+class SandboxUnavailable(RuntimeError):
+    """An isolation layer is missing; the message names it and how to install it."""
+
+
+def resolve_mode(cfg: SandboxConfig) -> str:
+    """The mode a pool runs in; raises ``SandboxUnavailable`` rather than silently degrading."""
+    if cfg.mode == MODE_DEGRADED:
+        log.warning("sandbox mode 'degraded': no namespaces, no uid drop; for trusted code only")
+        return MODE_DEGRADED
+    problems = checks.self_check(cfg)
+    if problems:
+        raise SandboxUnavailable(
+            "sandbox isolation is unavailable:\n  - " + "\n  - ".join(problems)
+            + "\nFix the above, or set sandbox mode 'degraded' explicitly to run without it.")
+    return MODE_FORKSERVER if cfg.mode == "auto" else cfg.mode
+
+
+class SandboxPool:
+    """Runs jobs on ``cfg.workers`` sandbox workers.
+
+    Example::
+
+        with SandboxPool.from_config(SandboxConfig(workers=2)) as pool:
+            results = pool.run_many([Job("def f(x): return x + 1", "assert f(1) == 2")])
+            assert results[0].passed
+    """
+
+    def __init__(self, cfg: SandboxConfig, mode: str):
+        self.cfg, self.mode = cfg, mode
+        self._queue: queue.Queue = queue.Queue()
+        self._slots = launcher.acquire_slots(cfg.workers, cfg.uid_base)
+        bpf = seccomp_filter.build_bpf_hex() if seccomp_filter.available() is None else ""
+        use_cgroups = mode != MODE_DEGRADED and cgroups.unavailable_reason() is None
+        self._workers = [
+            SandboxWorker(cfg, mode, slot,
+                          cgroups.SlotCgroup(f"uid-{slot.uid}") if use_cgroups else None, bpf)
+            for slot in self._slots]
+        started: queue.Queue = queue.Queue()
+        self._threads = [threading.Thread(target=self._loop, args=(w, started), daemon=True,
+                                          name=f"sandbox-slot-{w.slot.uid}")
+                         for w in self._workers]
+        for t in self._threads:
+            t.start()
+        errors = [e for e in (started.get() for _ in self._threads) if e is not None]
+        if errors:
+            self.close()
+            raise errors[0]
+        self._closed = False
+
+    @classmethod
+    def from_config(cls, cfg: SandboxConfig) -> SandboxPool:
+        """Check the isolation layers, pick the mode and start the workers."""
+        return cls(cfg, resolve_mode(cfg))
+
+    @property
+    def limits(self) -> tuple[str, ...]:
+        """The isolation layers and limits every result of this pool records."""
+        return self._workers[0].limits
+
+    def _loop(self, worker: SandboxWorker, started: queue.Queue) -> None:
+        try:
+            worker.start()
+        except Exception as exc:  # noqa: BLE001 - reported to the constructor
+            worker.close()
+            started.put(exc)
+            return
+        started.put(None)
+        while True:
+            item = self._queue.get()
+            if item is _STOP:
+                break
+            index, job, prepared, out = item
+            try:
+                result = worker.run(job, prepared)
+            except Exception as exc:  # noqa: BLE001 - a broken sandbox is a result, not a crash
+                log.exception("sandbox worker failed")
+                result = ExecResult(status=ERROR, error_type=ERR_SANDBOX,
+                                    error_name=type(exc).__name__, error_message=str(exc)[:2000],
+                                    isolation=self.mode, limits=worker.limits)
+            out.put((index, result))
+        worker.close()
+
+    def run(self, job: Job) -> ExecResult:
+        """Run one job."""
+        return self.run_many([job])[0]
+
+    def run_many(self, jobs: Sequence[Job]) -> list[ExecResult]:
+        """Run jobs in parallel on the workers; results come back in the order of ``jobs``."""
+        if getattr(self, "_closed", True):
+            raise RuntimeError("the sandbox pool is closed")
+        results: list[ExecResult | None] = [None] * len(jobs)
+        out: queue.Queue = queue.Queue()
+        pending = 0
+        for i, job in enumerate(jobs):
+            try:
+                prepared = prepare_tests(job.tests)
+            except SyntaxError as exc:
+                results[i] = ExecResult(status=ERROR, error_type=ERR_SYNTAX, error_name="SyntaxError",
+                                        error_message=f"tests: {exc}", isolation=self.mode,
+                                        limits=self.limits)
+                continue
+            if not prepared.chunks:
+                results[i] = ExecResult(status=ERROR, error_type=ERR_SYNTAX, error_name="EmptyTests",
+                                        error_message="the tests contain no statement",
+                                        isolation=self.mode, limits=self.limits)
+                continue
+            self._queue.put((i, job, prepared, out))
+            pending += 1
+        for _ in range(pending):
+            index, result = out.get()
+            results[index] = result
+        return results  # type: ignore[return-value]
+
+    def close(self) -> None:
+        """Stop every sandbox and release the slots. Idempotent."""
+        if getattr(self, "_closed", False):
+            return
+        self._closed = True
+        for _ in self._threads:
+            self._queue.put(_STOP)
+        for t in self._threads:
+            t.join(timeout=30)
+        for w in self._workers:
+            if w.cgroup is not None:
+                w.cgroup.remove()
+        for slot in self._slots:
+            slot.release()
+
+    def __enter__(self) -> SandboxPool:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.close()

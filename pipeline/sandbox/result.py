@@ -1,0 +1,85 @@
+"""Jobs, results and the status vocabulary of the sandbox (named constants, evalplus style)."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+# Verdicts. ``passed`` is True only for PASSED.
+PASSED = "passed"
+FAILED = "failed"  # the tests ran and at least one assertion was false
+ERROR = "error"  # syntax error, exception, early exit, or a sandbox failure
+TIMEOUT = "timeout"  # wall-clock deadline or CPU limit
+MEMORY = "memory"  # MemoryError, or the memory cgroup killed a process of the job
+OUTPUT_LIMIT = "output_limit"  # stdout + stderr exceeded the cap
+STATUSES = (PASSED, FAILED, ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT)
+
+# Error classes (``ExecResult.error_type``).
+ERR_SYNTAX = "syntax"
+ERR_RUNTIME = "runtime"  # ``error_name`` holds the exception class name
+ERR_ASSERTION = "assertion"
+ERR_TIMEOUT = "timeout"
+ERR_MEMORY = "memory"
+ERR_OUTPUT = "output_limit"
+ERR_EXIT = "exit"  # sys.exit / os._exit / a signal before the tests finished
+ERR_SANDBOX = "sandbox"  # the sandbox itself failed; the job's code is not to blame
+
+# Isolation modes recorded on every result.
+MODE_FORKSERVER = "forkserver"
+MODE_PER_EXEC = "per_exec"
+MODE_DEGRADED = "degraded"
+
+
+@dataclasses.dataclass(frozen=True)
+class Job:
+    """One execution request.
+
+    Args:
+        solution: Python source run first.
+        tests: Python source run after the solution in the same namespace: plain ``assert``
+            statements, or a HumanEval-style ``def check(candidate): ...`` followed by its call.
+        timeout_s: Wall-clock limit; ``None`` takes the pool's default.
+        memory_mb: Memory limit for the whole process tree; ``None`` takes the pool's default.
+    """
+
+    solution: str
+    tests: str
+    timeout_s: float | None = None
+    memory_mb: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecResult:
+    """The verdict of one job. Built from the sandbox's verdict channel, never from stdout.
+
+    ``tests_total`` is the number of top-level ``assert`` statements when the tests are an
+    assert list, else ``None``; ``assertions_passed`` / ``assertions_failed`` count the
+    assertions that executed (a ``check(candidate)`` stops at its first failure).
+    ``limits`` names the resource limits that were active (``cgroup_memory``, ``rlimit_as``...).
+    """
+
+    status: str
+    error_type: str | None = None
+    error_name: str | None = None
+    error_message: str | None = None
+    tests_total: int | None = None
+    assertions_passed: int = 0
+    assertions_failed: int = 0
+    stdout_tail: str = ""
+    stderr_tail: str = ""
+    duration_s: float = 0.0
+    isolation: str = ""
+    limits: tuple[str, ...] = ()
+    exit_code: int | None = None
+
+    @property
+    def passed(self) -> bool:
+        """True only when every test ran and passed."""
+        return self.status == PASSED
+
+    def to_dict(self) -> dict[str, Any]:
+        """A flat dict of builtin values, ready for a Parquet row (``limits`` as a list)."""
+        row = dataclasses.asdict(self)
+        row["limits"] = list(self.limits)
+        row["passed"] = self.passed
+        return row

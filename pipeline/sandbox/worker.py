@@ -1,0 +1,214 @@
+"""One worker slot: starts sandboxes (harness servers), feeds them jobs, recycles them.
+
+Not thread-safe; a pool gives each worker its own long-lived thread. That thread must also be the
+one that starts the sandbox: ``--die-with-parent`` (PR_SET_PDEATHSIG) fires when the *thread*
+that forked bubblewrap exits, not the process.
+"""
+
+from __future__ import annotations
+
+import binascii
+import json
+import os
+import select
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+from dataclasses import dataclass
+
+from pipeline.sandbox import launcher
+from pipeline.sandbox.cgroups import SlotCgroup
+from pipeline.sandbox.config import SandboxConfig
+from pipeline.sandbox.prepare import PreparedTests
+from pipeline.sandbox.result import MODE_DEGRADED, MODE_PER_EXEC, TIMEOUT, ExecResult, Job
+from pipeline.sandbox.verdict import sandbox_error, to_result
+
+_GRACE_S = 3.0  # beyond the job's own deadline, before the supervisor declares the sandbox hung
+_SERVER_MEMORY_MB = 96  # the harness server and its preloaded modules share the slot's cgroup
+
+
+class SandboxStartError(RuntimeError):
+    """The sandbox could not be started; the message carries bubblewrap's / the harness's stderr."""
+
+
+def _read_frame(fd: int, deadline: float) -> dict | None:
+    buf = b""
+    need = 4
+    header_done = False
+    while len(buf) < need:
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            return None
+        part = os.read(fd, need - len(buf))
+        if not part:
+            return None
+        buf += part
+        if not header_done and len(buf) == 4:
+            need, buf, header_done = struct.unpack(">I", buf)[0], b"", True
+    return json.loads(buf)
+
+
+@dataclass
+class _Server:
+    proc: subprocess.Popen
+    ctl_w: int
+    verdict_r: int
+    info_r: int
+    jobs: int = 0
+
+
+class SandboxWorker:
+    """Runs jobs one at a time in sandboxes of one slot (uid, cgroups)."""
+
+    def __init__(self, cfg: SandboxConfig, mode: str, slot: launcher.Slot,
+                 cgroup: SlotCgroup | None, seccomp_hex: str):
+        self.cfg, self.mode, self.slot, self.cgroup = cfg, mode, slot, cgroup
+        self._seccomp_hex = seccomp_hex
+        self._server: _Server | None = None
+        self._stderr = tempfile.TemporaryFile()
+        self._workdir = tempfile.mkdtemp(prefix="arenaforge-sbx-") if mode == MODE_DEGRADED else None
+        layers = ["rlimit_as", "rlimit_cpu", "rlimit_nproc", "rlimit_fsize", "rlimit_nofile"]
+        if seccomp_hex:
+            layers.append("seccomp")
+        if mode != MODE_DEGRADED:
+            layers += [f"uid:{slot.uid}", "bwrap", "job_namespaces"]
+        if cgroup is not None:
+            layers += ["cgroup_memory", "cgroup_pids"]
+            cgroup.set_pids_max(cfg.max_procs + 8)
+        self.limits = tuple(layers)
+
+    # -- server lifecycle ---------------------------------------------------------------------
+
+    def start(self) -> None:
+        """Start a sandbox now (the pool does this to fail fast); no-op when one is running."""
+        if self._server is None:
+            self._server = self._spawn()
+
+    def _spawn(self) -> _Server:
+        ctl_r, ctl_w = os.pipe()
+        verdict_r, verdict_w = os.pipe()
+        info_r, info_w = os.pipe()
+        max_jobs = 1 if self.mode == MODE_PER_EXEC else self.cfg.recycle_after
+        isolated = self.mode != MODE_DEGRADED
+        hcfg = launcher.harness_config(
+            isolated=isolated, verdict_fd=verdict_w, max_jobs=max_jobs, cfg=self.cfg,
+            seccomp_hex=self._seccomp_hex,
+            work_dir=launcher.WORK_DIR if isolated else self._workdir,
+            preload=launcher.PRELOAD if max_jobs > 1 else ())
+        if isolated:
+            procs = self.cgroup.procs_files if self.cgroup else ()
+            argv = launcher.sandbox_command(self.slot.uid, hcfg, info_w, self.cfg, procs)
+        else:
+            argv = launcher.degraded_command(hcfg)
+        self._stderr.seek(0)
+        self._stderr.truncate()
+        try:
+            proc = subprocess.Popen(argv, stdin=ctl_r, stdout=subprocess.DEVNULL,
+                                    stderr=self._stderr, pass_fds=(verdict_w, info_w),
+                                    env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
+        finally:
+            for fd in (ctl_r, verdict_w, info_w):
+                os.close(fd)
+        server = _Server(proc, ctl_w, verdict_r, info_r)
+        ready = _read_frame(verdict_r, time.monotonic() + self.cfg.start_timeout_s)
+        if not ready or not ready.get("ready"):
+            self._kill(server)
+            self._stderr.seek(0)
+            err = self._stderr.read().decode("utf-8", "replace").strip()[-2000:]
+            raise SandboxStartError(f"sandbox did not start (exit {proc.returncode}): {err}")
+        return server
+
+    def _kill(self, server: _Server) -> None:
+        """Kill a sandbox whole: its pid-1 (bwrap's init) takes the namespace down with it."""
+        if server.proc.poll() is None:
+            try:
+                if select.select([server.info_r], [], [], 0)[0]:
+                    info = json.loads(os.read(server.info_r, 4096) or b"{}")
+                    if info.get("child-pid"):
+                        os.kill(int(info["child-pid"]), signal.SIGKILL)
+            except (OSError, ValueError):
+                pass
+            try:
+                os.killpg(server.proc.pid, signal.SIGKILL)
+            except OSError:
+                pass
+        self._close(server)
+
+    def _close(self, server: _Server) -> None:
+        for fd in (server.ctl_w, server.verdict_r, server.info_r):
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        try:
+            server.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            server.proc.kill()
+            server.proc.wait()
+        if self._server is server:
+            self._server = None
+
+    def close(self) -> None:
+        """Stop the running sandbox, if any (the harness exits when its stdin closes)."""
+        if self._server is not None:
+            self._close(self._server)
+        self._stderr.close()
+        if self._workdir:
+            shutil.rmtree(self._workdir, ignore_errors=True)
+
+    # -- jobs ---------------------------------------------------------------------------------
+
+    def run(self, job: Job, tests: PreparedTests) -> ExecResult:
+        """Run one job in a sandbox of this slot and return its verdict."""
+        timeout_s = job.timeout_s if job.timeout_s is not None else self.cfg.timeout_s
+        memory_mb = job.memory_mb if job.memory_mb is not None else self.cfg.memory_mb
+        start = time.monotonic()
+        if self.cgroup is not None:
+            self.cgroup.set_memory_limit((memory_mb + _SERVER_MEMORY_MB) << 20)
+        oom_before = self.cgroup.oom_kills() if self.cgroup else 0
+        self.start()
+        server = self._server
+        frame = json.dumps({
+            "solution": job.solution, "lines": list(tests.lines), "timeout_s": timeout_s,
+            "memory_mb": memory_mb,
+            "chunks": [[c.kind, binascii.b2a_base64(c.code).decode()] for c in tests.chunks],
+        }).encode()
+        try:
+            os.write(server.ctl_w, struct.pack(">I", len(frame)))
+            _write_all(server.ctl_w, frame)
+            verdict = _read_frame(server.verdict_r, time.monotonic() + timeout_s + _GRACE_S)
+        except OSError:
+            verdict = None
+        oom = bool(self.cgroup and self.cgroup.oom_kills() > oom_before)
+        if verdict is None:
+            self._kill(server)
+            status = TIMEOUT if time.monotonic() - start >= timeout_s else "error"
+            return sandbox_error("the sandbox stopped answering (server killed and restarted)",
+                                 isolation=self.mode, limits=self.limits, status=
+                                 "memory" if oom else status,
+                                 duration_s=time.monotonic() - start)
+        server.jobs += 1
+        max_jobs = 1 if self.mode == MODE_PER_EXEC else self.cfg.recycle_after
+        if server.jobs >= max_jobs or not verdict.get("clean", False):
+            self._close(server)
+        if self._workdir:
+            _empty_dir(self._workdir)
+        return to_result(verdict, timeout_s=timeout_s, oom_killed=oom,
+                         tests_total=tests.tests_total, isolation=self.mode, limits=self.limits)
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view):]
+
+
+def _empty_dir(path: str) -> None:
+    for entry in os.scandir(path):
+        if entry.is_dir(follow_symlinks=False):
+            shutil.rmtree(entry.path, ignore_errors=True)
+        else:
+            os.unlink(entry.path)
