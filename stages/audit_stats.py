@@ -171,8 +171,7 @@ def judge_agreement(table: pd.DataFrame | pa.Table, single_order: str = "drop") 
         "per_judge": _grouped(sep_battles, "judge", "winner"),
         "per_pair": _grouped(sep.assign(pair=pair_name), "pair", "majority"),
         "per_order": _grouped(single, "order", "verdict"),
-        "position": {str(j): {k: _plain(v) for k, v in r.items()}
-                     for j, r in position.to_dict(orient="index").items()},
+        "position": jsonable(position.to_dict(orient="index")),
     }
     if "difficulty_bucket" in sep.columns:
         out["by_difficulty"] = _grouped(sep[sep["difficulty_bucket"].notna()],
@@ -305,11 +304,15 @@ def _points(winner: pd.Series, side) -> np.ndarray:
     return np.where(winner == "tie", 0.5, (winner == np.asarray(side, dtype=object)) * 1.0)
 
 
-def _plain(value):
-    """numpy scalars and NaN -> JSON-ready Python values."""
-    if value is None:
-        return None
-    if isinstance(value, (np.integer,)):
+def jsonable(value):
+    """Nested dicts/lists with numpy scalars and NaN -> plain JSON-ready Python values."""
+    if isinstance(value, Mapping):
+        return {str(k): jsonable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple, np.ndarray)):
+        return [jsonable(v) for v in value]
+    if isinstance(value, (bool, np.bool_)):
+        return bool(value)
+    if isinstance(value, np.integer):
         return int(value)
     if isinstance(value, (float, np.floating)):
         return None if np.isnan(value) else float(value)
