@@ -1,0 +1,106 @@
+"""LLM backends behind one Protocol, built from registry entries.
+
+Example::
+
+    from pipeline.backends import SamplingParams, create_backend
+    from pipeline.models import load_registry
+
+    spec = load_registry("configs/models.yaml")["qwen2.5-coder-0.5b"]
+    backend = create_backend(spec, n_threads=2, cache_dir=Path("/tmp/req-cache"))
+    [[reply]] = backend.chat([[{"role": "user", "content": "Reverse a list in Python"}]],
+                             SamplingParams(max_tokens=64, seed=0))
+    print(reply.text, reply.finish_reason, backend.cache_stats())
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pipeline.backends.base import (
+    Backend,
+    BackendError,
+    Completion,
+    Conversation,
+    SamplingParams,
+    truncate_at_stop,
+)
+from pipeline.backends.chat_template import ChatTemplateError, render_chat_template
+from pipeline.backends.request_cache import CachedBackend
+
+if TYPE_CHECKING:
+    from pipeline.models import ModelSpec
+
+__all__ = [
+    "Backend",
+    "BackendError",
+    "CachedBackend",
+    "ChatTemplateError",
+    "Completion",
+    "Conversation",
+    "SamplingParams",
+    "create_backend",
+    "render_chat_template",
+    "truncate_at_stop",
+]
+
+
+def _template_override(spec: ModelSpec) -> str | None:
+    """``None``: take the template from the weights/server; ``""``: the model has none."""
+    if spec.chat_template_source == "registry":
+        return spec.chat_template
+    return "" if spec.chat_template_source == "none" else None
+
+
+def create_backend(spec: ModelSpec, *, n_threads: int | None = None,
+                   cache_dir: Path | None = None, **options: Any) -> Backend:
+    """Build the backend a registry entry names, loading its weights.
+
+    Args:
+        spec: the registry entry.
+        n_threads: CPU threads for this backend (llama.cpp, transformers).
+        cache_dir: when given, wrap the backend in a persistent request cache there
+            (``backend.cache_stats()`` counts hits and misses).
+        **options: backend keyword options; they override the entry's ``options``.
+
+    Raises:
+        pipeline.models.ModelNotInstalledError: weight packages missing (with the pip command).
+        ValueError: the entry cannot serve text generation (an embedding model).
+    """
+    from pipeline.models import resolve_weights, weights_fingerprint
+
+    opts = {**spec.options, **options}
+    template = _template_override(spec)
+    backend: Backend
+    if spec.backend == "llamacpp":
+        from pipeline.backends.llamacpp import LlamaCppBackend
+
+        backend = LlamaCppBackend(spec.id, resolve_weights(spec), n_ctx=spec.n_ctx,
+                                  stop=spec.stop, chat_template=template, n_threads=n_threads,
+                                  **opts)
+    elif spec.backend == "openai":
+        from pipeline.backends.chat_template import template_from_hf_dir
+        from pipeline.backends.openai_server import OpenAIServerBackend
+
+        if template is None and spec.path is not None and Path(spec.path).expanduser().is_dir():
+            template = template_from_hf_dir(Path(spec.path).expanduser())
+        backend = OpenAIServerBackend(spec.id, spec.base_url or "", spec.model_name or "",
+                                      stop=spec.stop, chat_template=template or None,
+                                      template_from_server=template is None, **opts)
+    elif spec.backend == "vllm":
+        from pipeline.backends.vllm_offline import VllmBackend
+
+        backend = VllmBackend(spec.id, str(resolve_weights(spec)), n_ctx=spec.n_ctx,
+                              stop=spec.stop, chat_template=template or None, **opts)
+    elif spec.backend == "transformers":
+        from pipeline.backends.transformers_local import TransformersBackend
+
+        backend = TransformersBackend(spec.id, resolve_weights(spec), stop=spec.stop,
+                                      chat_template=template or None, n_threads=n_threads,
+                                      **opts)
+    else:
+        raise ValueError(f"model {spec.id!r} uses backend {spec.backend!r}, which does not "
+                         "generate text; load it with pipeline.backends.embeddings.create_embedder")
+    if cache_dir is not None:
+        return CachedBackend(backend, cache_dir, weights_fingerprint(spec))
+    return backend

@@ -1,0 +1,213 @@
+"""The embedded default backend: llama-cpp-python over a GGUF file, on CPU.
+
+llama-cpp-python's high-level API decodes one sequence at a time per context, so a batch is
+served by a loop in :meth:`LlamaCppBackend._generate`. That loop is the single place a batched
+decoder (several sequences in one ``llama_batch`` with ``n_seq_max`` set) will replace; every
+other method renders prompts and translates parameters and stays as it is.
+
+Chat goes through the same raw-completion path as Magpie mining: the conversation is rendered
+with the model's own chat template (from the GGUF metadata), so ``apply_chat_template`` shows
+exactly the text the model is fed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pipeline.backends.base import (
+    Completion,
+    Conversation,
+    SamplingParams,
+    merged_stop,
+)
+from pipeline.backends.chat_template import (
+    ChatTemplateError,
+    chat_by_rendering,
+    render_chat_template,
+)
+
+log = logging.getLogger(__name__)
+
+
+def llama_sampling_kwargs(params: SamplingParams, seed: int | None) -> dict[str, Any]:
+    """Keyword arguments for ``Llama.create_completion`` with OpenAI sampling semantics.
+
+    llama-cpp-python defaults to top-k 40 and min-p 0.05; those are switched off so that
+    ``temperature`` and ``top_p`` mean the same here as on an OpenAI-compatible server or vLLM.
+    ``temperature == 0`` is greedy decoding in llama.cpp.
+    """
+    kwargs: dict[str, Any] = {
+        "max_tokens": params.max_tokens,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "top_k": 0,
+        "min_p": 0.0,
+        "typical_p": 1.0,
+        "repeat_penalty": 1.0,
+    }
+    if seed is not None:
+        kwargs["seed"] = seed
+    return kwargs
+
+
+def parse_llama_output(output: dict) -> Completion:
+    """A ``create_completion`` result dict as a :class:`Completion`."""
+    choice = output["choices"][0]
+    usage = output.get("usage") or {}
+    reason = "length" if choice.get("finish_reason") == "length" else "stop"
+    return Completion(text=choice["text"], finish_reason=reason,
+                      prompt_tokens=int(usage.get("prompt_tokens", 0)),
+                      completion_tokens=int(usage.get("completion_tokens", 0)))
+
+
+@functools.cache
+def build_has_amx() -> bool:
+    """Whether the installed llama.cpp was compiled with AMX kernels (``-march=native`` on a
+    Sapphire Rapids class CPU)."""
+    import llama_cpp
+
+    return b"AMX_INT8 = 1" in llama_cpp.llama_print_system_info()
+
+
+_PARAMS_LOCK = threading.Lock()
+
+
+@contextlib.contextmanager
+def _model_params(use_extra_bufts: bool) -> Iterator[None]:
+    """Make ``Llama.__init__`` load with ``use_extra_bufts`` set as given.
+
+    ``Llama`` takes no argument for this field of ``llama_model_params``; it reads the defaults
+    from ``llama_cpp.llama_model_default_params`` inside ``__init__``, so that function is
+    wrapped for the duration of one construction.
+    """
+    import llama_cpp.llama as llama_module
+
+    with _PARAMS_LOCK:
+        original = llama_module.llama_cpp.llama_model_default_params
+
+        def patched():
+            params = original()
+            params.use_extra_bufts = use_extra_bufts
+            return params
+
+        llama_module.llama_cpp.llama_model_default_params = patched
+        try:
+            yield
+        finally:
+            llama_module.llama_cpp.llama_model_default_params = original
+
+
+class LlamaCppBackend:
+    """llama-cpp-python backend.
+
+    Args:
+        model_id: the registry id, reported on every row.
+        model_path: the GGUF file.
+        n_ctx: context length (prompt + completion).
+        stop: the model's own stop strings, added to every chat request.
+        chat_template: a template overriding the GGUF one (``None``: use the GGUF's; ``""``:
+            the model has no chat template).
+        n_threads: CPU threads for generation and prompt processing (``None``: llama.cpp's
+            default). The runner passes the threads it gives each worker.
+        seed: the context's seed, used by unseeded requests.
+        extra_buffers: let llama.cpp repack weights into its extra CPU buffer types (AMX,
+            AVX repacking). ``None``: on, unless the build has AMX kernels: their matmul
+            segfaults on the first decode on some hosts (ggml-org/llama.cpp#20824, seen here),
+            and turning extra buffers off is the only runtime switch. A build without AMX
+            (``GGML_NATIVE=OFF`` plus explicit AVX2/AVX-512 flags) keeps repacking and is faster.
+        **llama_kwargs: passed to ``llama_cpp.Llama`` (``n_batch``, ``n_gpu_layers``, ...).
+    """
+
+    def __init__(self, model_id: str, model_path: str | Path, *, n_ctx: int = 4096,
+                 stop: tuple[str, ...] = (), chat_template: str | None = None,
+                 n_threads: int | None = None, seed: int = 0, extra_buffers: bool | None = None,
+                 **llama_kwargs: Any) -> None:
+        from llama_cpp import Llama
+
+        self.model_id = model_id
+        self._stop = tuple(stop)
+        self._lock = threading.Lock()  # a llama context is not thread-safe
+        llama_kwargs.setdefault("verbose", False)
+        self.extra_buffers = not build_has_amx() if extra_buffers is None else extra_buffers
+        with _model_params(use_extra_bufts=self.extra_buffers):
+            self.llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
+                             n_threads_batch=n_threads, seed=seed, **llama_kwargs)
+        self._bos = self._token_text(self.llm.token_bos())
+        self._eos = self._token_text(self.llm.token_eos())
+        template = self.llm.metadata.get("tokenizer.chat_template")
+        self._template = template if chat_template is None else (chat_template or None)
+
+    def _token_text(self, token: int) -> str:
+        if token < 0:
+            return ""
+        return self.llm._model.token_get_text(token)  # what llama-cpp-python itself renders with
+
+    # -- prompts -------------------------------------------------------------------------------
+    def chat_template(self) -> str | None:
+        """The Jinja chat template (GGUF metadata unless overridden), ``None`` for base models."""
+        return self._template
+
+    def apply_chat_template(self, messages: Conversation,
+                            add_generation_prompt: bool = True) -> str:
+        """Render messages with the model's template, BOS included when the template emits it."""
+        if self._template is None:
+            raise ChatTemplateError(f"model {self.model_id!r} has no chat template "
+                                    "(a base model); use complete() with raw text")
+        return render_chat_template(self._template, messages,
+                                    add_generation_prompt=add_generation_prompt,
+                                    bos_token=self._bos, eos_token=self._eos)
+
+    def tokenize(self, text: str) -> list[int]:
+        """Token ids of ``text``; special-token text (``<|im_start|>``) maps to its id."""
+        return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
+
+    def _prompt_tokens(self, prompt: str) -> list[int]:
+        # A template that writes the BOS text itself must not get a second BOS from the
+        # tokenizer; otherwise let the model's own add-BOS setting decide.
+        has_bos = bool(self._bos) and prompt.startswith(self._bos)
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=not has_bos, special=True)
+
+    # -- generation ----------------------------------------------------------------------------
+    def complete(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        """Raw text completion (Magpie mining): stops only on ``params.stop`` and end-of-text."""
+        return self._generate(list(prompts), params, list(params.stop))
+
+    def chat(self, conversations: list[Conversation],
+             params: SamplingParams) -> list[list[Completion]]:
+        """Chat: render each conversation, then complete it; also stops on the model's stops."""
+        stop = merged_stop(params, self._stop)
+        return chat_by_rendering(self.apply_chat_template,
+                                 lambda prompts: self._generate(prompts, params, stop),
+                                 conversations, params.n)
+
+    def _generate(self, prompts: list[str], params: SamplingParams,
+                  stop: list[str]) -> list[list[Completion]]:
+        # One sequence at a time (see module docstring); sample i of n uses seed + i.
+        return [[self._generate_one(prompt, params, params.sample_seed(i), stop)
+                 for i in range(params.n)] for prompt in prompts]
+
+    def _generate_one(self, prompt: str, params: SamplingParams, seed: int | None,
+                      stop: list[str]) -> Completion:
+        kwargs = llama_sampling_kwargs(params, seed)
+        with self._lock:
+            try:
+                tokens = self._prompt_tokens(prompt)
+                output = self.llm.create_completion(tokens, stop=stop or None, **kwargs)
+            except (ValueError, RuntimeError) as exc:
+                # Prompt longer than the context, decode failure: this request fails, the
+                # batch goes on.
+                log.warning("llamacpp %s: request failed: %s", self.model_id, exc)
+                return Completion.failed(f"{type(exc).__name__}: {exc}")
+        return parse_llama_output(output)
+
+    def close(self) -> None:
+        """Free the model and context."""
+        llm, self.llm = getattr(self, "llm", None), None
+        if llm is not None:
+            llm.close()

@@ -1,0 +1,113 @@
+"""A persistent request cache in front of any backend, so reruns do not pay twice.
+
+Keys are sha256 over (model id, weights identity, method, prompt or conversation, sampling
+params); values are the completions of one request. ``diskcache`` (SQLite) is process-safe, so
+Ray workers on one machine share a cache directory. Failed completions are never stored: a
+rerun retries them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import threading
+from pathlib import Path
+
+from pipeline.backends.base import Backend, Completion, Conversation, SamplingParams
+
+# Bump when the stored value layout or key recipe changes, so old entries are ignored.
+CACHE_FORMAT = 1
+
+
+@dataclasses.dataclass
+class CacheStats:
+    """Hit and miss counts of one cached backend (this process only)."""
+
+    hits: int = 0
+    misses: int = 0
+
+    def to_dict(self) -> dict[str, int]:
+        return {"hits": self.hits, "misses": self.misses}
+
+
+def request_key(model_id: str, weights_id: str, method: str, request: str | Conversation,
+                params: SamplingParams) -> str:
+    """Hex sha256 identifying one request; stable across processes and runs."""
+    payload = json.dumps([CACHE_FORMAT, model_id, weights_id, method, request, params.to_json()],
+                         ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+    return hashlib.sha256(payload.encode("utf-8")).hexdigest()
+
+
+class CachedBackend:
+    """Wraps a backend; ``complete``/``chat`` answer from the cache when they can.
+
+    Args:
+        inner: the backend that serves misses.
+        cache_dir: directory of the diskcache database (created if missing).
+        weights_id: what identifies the weights beyond the model id (their sha256, or the
+            served model name for a remote server).
+    """
+
+    def __init__(self, inner: Backend, cache_dir: str | Path, weights_id: str) -> None:
+        import diskcache
+
+        self.inner = inner
+        self.model_id = inner.model_id
+        self.weights_id = weights_id
+        self._cache = diskcache.Cache(str(cache_dir))
+        self._stats = CacheStats()
+        self._lock = threading.Lock()
+
+    def complete(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
+        """Cached :meth:`Backend.complete`."""
+        return self._cached("complete", prompts, params, self.inner.complete)
+
+    def chat(self, conversations: list[Conversation],
+             params: SamplingParams) -> list[list[Completion]]:
+        """Cached :meth:`Backend.chat`."""
+        return self._cached("chat", conversations, params, self.inner.chat)
+
+    def _cached(self, method, requests, params, call) -> list[list[Completion]]:
+        keys = [request_key(self.model_id, self.weights_id, method, r, params) for r in requests]
+        results: list[list[Completion] | None] = [self._get(k) for k in keys]
+        missing = [i for i, r in enumerate(results) if r is None]
+        with self._lock:
+            self._stats.hits += len(requests) - len(missing)
+            self._stats.misses += len(missing)
+        if missing:
+            fresh = call([requests[i] for i in missing], params)
+            for i, completions in zip(missing, fresh, strict=True):
+                results[i] = completions
+                if all(c.error is None for c in completions):
+                    self._cache.set(keys[i], [c.to_dict() for c in completions])
+        return results  # type: ignore[return-value]
+
+    def _get(self, key: str) -> list[Completion] | None:
+        stored = self._cache.get(key)
+        return None if stored is None else [Completion(**c) for c in stored]
+
+    def cache_stats(self) -> dict[str, int]:
+        """``{"hits": ..., "misses": ...}`` counted per request (prompt or conversation)."""
+        with self._lock:
+            return self._stats.to_dict()
+
+    def chat_template(self) -> str | None:
+        return self.inner.chat_template()
+
+    def apply_chat_template(self, messages: Conversation,
+                            add_generation_prompt: bool = True) -> str:
+        return self.inner.apply_chat_template(messages, add_generation_prompt)
+
+    def tokenize(self, text: str) -> list[int]:
+        return self.inner.tokenize(text)
+
+    def close(self) -> None:
+        self.inner.close()
+        self._cache.close()
+
+    def __getattr__(self, name: str):
+        # Backend-specific extras (e.g. the llama.cpp handle for benchmarks) pass through.
+        if name == "inner":  # not yet set: avoid recursing during a failed __init__
+            raise AttributeError(name)
+        return getattr(self.inner, name)

@@ -1,0 +1,145 @@
+"""The model registry (``configs/models.yaml``): one typed entry per model.
+
+A user adds a model by adding an entry; nothing else changes. An entry names its backend and
+where its weights come from: installed pip packages (``packages`` + a ``files`` glob over what
+they install), a local ``path`` (GGUF file or Hugging Face directory), or a server
+(``base_url`` + ``model_name``).
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+BackendName = Literal["llamacpp", "openai", "vllm", "transformers", "sentence_transformers"]
+_LOCAL_BACKENDS = ("llamacpp", "vllm", "transformers", "sentence_transformers")
+
+
+class ModelSpec(BaseModel):
+    """One registry entry.
+
+    Attributes:
+        id: stable name used in configs and on rows (``qwen2.5-coder-0.5b``).
+        backend: which backend serves it.
+        family: model family (``qwen2``, ``smollm2``, ``gemma3``, ``minilm``): self-preference
+            audits and Magpie pre-query templates key on it.
+        role: ``expert`` (answers and judges), ``embedding``, or ``base`` (fine-tuning only).
+        packages: pip distributions that ship the weights, in concatenation order.
+        files: glob over the packages' installed files (paths as in ``pip show -f``).
+        layout: ``file`` (one matched file, used in place), ``concat`` (matched parts joined
+            into the cache directory), ``dir`` (the matched files' directory, used in place).
+        filename: name of the assembled file (``concat``); defaults to ``<id>.gguf``.
+        path: a local GGUF file or model directory (``~`` and ``$VARS`` expanded).
+        sha256: expected sha256 of the weights file; verified when set.
+        base_url: OpenAI-compatible server root (``http://127.0.0.1:8000/v1``).
+        model_name: the name the server (or vLLM) knows the model by.
+        chat_template: inline Jinja template; overrides what the weights carry.
+        chat_template_source: where the template comes from: ``weights`` (GGUF metadata or
+            ``tokenizer_config.json``), ``registry`` (``chat_template``), ``server``, ``none``.
+        stop: extra stop strings for chat (end-of-turn markers the engine might not stop on).
+        n_ctx: context length to allocate.
+        options: backend-specific keyword options (e.g. ``timeout_s`` for ``openai``).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    id: str = Field(pattern=r"^[A-Za-z0-9][A-Za-z0-9._-]*$")
+    backend: BackendName
+    family: str
+    role: Literal["expert", "embedding", "base"] = "expert"
+    description: str = ""
+    packages: tuple[str, ...] = ()
+    files: str | None = None
+    layout: Literal["file", "concat", "dir"] = "file"
+    filename: str | None = None
+    path: str | None = None
+    sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
+    base_url: str | None = None
+    model_name: str | None = None
+    chat_template: str | None = None
+    chat_template_source: Literal["weights", "registry", "server", "none"] = "weights"
+    stop: tuple[str, ...] = ()
+    n_ctx: int = Field(default=4096, ge=64)
+    options: dict[str, Any] = Field(default_factory=dict)
+
+    @model_validator(mode="after")
+    def _check_source(self) -> ModelSpec:
+        has_pkg, has_path = bool(self.packages), self.path is not None
+        if self.backend == "openai":
+            if not (self.base_url and self.model_name):
+                raise ValueError("backend 'openai' needs base_url and model_name")
+        elif self.backend in _LOCAL_BACKENDS and has_pkg == has_path:
+            raise ValueError(f"backend {self.backend!r} needs exactly one of packages or path")
+        if has_pkg and not self.files:
+            raise ValueError("packages needs files: a glob over the files they install")
+        if self.chat_template_source == "registry" and not self.chat_template:
+            raise ValueError("chat_template_source 'registry' needs chat_template")
+        if self.chat_template and self.chat_template_source != "registry":
+            raise ValueError("chat_template is set: set chat_template_source to 'registry'")
+        return self
+
+    @property
+    def pip_command(self) -> str:
+        """The command that installs this model's weight packages."""
+        return "pip install " + " ".join(self.packages)
+
+
+class _RegistryFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    models: list[ModelSpec]
+
+
+def _format_errors(path: Path, raw: Any, exc: ValidationError) -> str:
+    lines = [f"{path}: invalid model registry"]
+    for err in exc.errors():
+        loc = [str(p) for p in err["loc"]]
+        where = ".".join(loc)
+        # Name the entry by id too: "models.2" alone makes a user count list items.
+        if len(loc) >= 2 and loc[0] == "models" and loc[1].isdigit():
+            entries = raw.get("models") if isinstance(raw, dict) else None
+            entry = entries[int(loc[1])] if isinstance(entries, list) else None
+            if isinstance(entry, dict) and "id" in entry:
+                where += f" (id {entry['id']!r})"
+        lines.append(f"  {where}: {err['msg']}")
+    return "\n".join(lines)
+
+
+def load_registry(path: str | Path) -> dict[str, ModelSpec]:
+    """Read a model registry YAML file.
+
+    Returns:
+        The entries keyed by id, in file order.
+
+    Raises:
+        ValueError: the file is not valid YAML, an entry is invalid (the message names the file
+            and the dotted field path, e.g. ``models.1.n_ctx``) or two entries share an id.
+        FileNotFoundError: no such file.
+    """
+    path = Path(path)
+    try:
+        raw = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except yaml.YAMLError as exc:
+        raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    try:
+        parsed = _RegistryFile.model_validate(raw)
+    except ValidationError as exc:
+        raise ValueError(_format_errors(path, raw, exc)) from None
+    registry: dict[str, ModelSpec] = {}
+    for i, spec in enumerate(parsed.models):
+        if spec.id in registry:
+            raise ValueError(f"{path}: models.{i}.id: duplicate model id {spec.id!r}")
+        registry[spec.id] = spec
+    return registry
+
+
+def natural_key(text: str) -> list:
+    """Sort key that orders ``part2`` before ``part10``.
+
+    >>> sorted(["p10.bin", "p2.bin", "p1.bin"], key=natural_key)
+    ['p1.bin', 'p2.bin', 'p10.bin']
+    """
+    return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", text)]
