@@ -94,6 +94,8 @@ def normalize_instruction(text: str) -> str:
 
 def non_latin_share(text: str) -> float:
     """Share of letters that are not Latin script (CJK, Cyrillic, ...); 0.0 without letters."""
+    if text.isascii():  # the common case, without a per-character loop
+        return 0.0
     letters = [c for c in text if c.isalpha()]
     if not letters:
         return 0.0

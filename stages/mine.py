@@ -1,0 +1,151 @@
+"""Stage ``mine``: Magpie-style request mining from each expert's own chat template.
+
+Plan: one row per (miner, language, sample index) with a ``task_id``. Run: for each miner and
+language in the shard, render the pre-query prompt (``stages.pre_query``: the chat template up to
+an open user turn, after a system prompt that frames a coding assistant for the language) and
+sample raw completions; each completion is a user request.
+
+Output columns: ``instruction_id, instruction, miner, language, sample_params, template,
+finish_reason, raw`` plus ``task_id`` and ``sample_index``. ``sample_params`` is the JSON of the
+row's own ``SamplingParams`` (n=1 and that sample's seed), so any row can be replayed alone;
+``template`` names the pre-query source and shape (``chat_template/empty_assistant``); ``raw`` is
+the completion as returned, ``instruction`` the same text cut at ``request_stop`` and stripped.
+Filtering is ``clean``'s job: mine keeps every sample, empty ones included.
+
+Stop rules: the template's end-of-turn and next-turn headers always stop a request. Small models
+often keep going after the request (they answer it themselves), so ``request_stop`` also cuts the
+request at a code fence by default. A blank line is *not* a default stop: coding requests often
+have several paragraphs (Magpie's advice is not to stop on the first newline for code).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import itertools
+from typing import Literal
+
+import pyarrow as pa
+from pydantic import Field
+
+from pipeline.stage import StageConfig, StageSpec
+from pipeline.textnorm import instruction_id
+from stages.pre_query import build_pre_query
+
+# Magpie's coding system prompt, parameterised by language.
+DEFAULT_SYSTEM = (
+    "You are an AI assistant designed to provide helpful, step-by-step guidance on {language} "
+    "coding problems. The user will ask you a wide range of {language} coding questions. Your "
+    "purpose is to assist users in understanding {language} coding concepts, working through "
+    "{language} code, and debugging.")
+
+
+class MineConfig(StageConfig):
+    """What to mine and how to sample it."""
+
+    miners: list[str] | None = Field(default=None,
+                                     description="Model ids that mine; default: the run's experts.")
+    languages: list[str] = Field(default_factory=lambda: ["Python"], min_length=1)
+    samples_per_language: int = Field(default=8, ge=1, description="Samples per miner and language.")
+    system_prompt: str | None = Field(
+        default=DEFAULT_SYSTEM, description="System prompt; '{language}' is filled in. null: none.")
+    template: Literal["auto", "bare", "empty_assistant", "open_assistant"] = Field(
+        default="auto", description="Pre-query shape; auto: the measured best for the family.")
+    temperature: float = Field(default=1.0, ge=0)
+    top_p: float = Field(default=1.0, gt=0, le=1)
+    max_tokens: int = Field(default=192, ge=8)
+    stop: list[str] = Field(default_factory=list,
+                            description="Extra stop strings for generation (beyond the template's).")
+    request_stop: list[str] = Field(
+        default_factory=lambda: ["```"],
+        description="The request is cut at the first of these (kept whole in 'raw').")
+
+    def system_for(self, language: str) -> str | None:
+        return self.system_prompt.replace("{language}", language) if self.system_prompt else None
+
+
+def _base_seed(run_seed: int, miner: str, language: str) -> int:
+    """Seed of sample 0 of a (miner, language): independent of sharding, so resumes replay."""
+    digest = hashlib.sha256(f"{run_seed}|{miner}|{language}".encode()).digest()
+    return int.from_bytes(digest[:4], "big") % (2 ** 31 - 2 ** 20)
+
+
+def plan(cfg: MineConfig, ctx) -> pa.Table:
+    """One row per (miner, language, sample index)."""
+    miners = list(cfg.miners) if cfg.miners is not None else list(ctx.config.experts)
+    if not miners:
+        raise ValueError("mine.miners: no miner configured")
+    rows = [{"task_id": f"{m}|{lang}|{i:06d}", "miner": m, "language": lang, "sample_index": i}
+            for m in miners for lang in cfg.languages for i in range(cfg.samples_per_language)]
+    return pa.Table.from_pylist(rows, schema=pa.schema([
+        ("task_id", pa.string()), ("miner", pa.string()), ("language", pa.string()),
+        ("sample_index", pa.int64())]))
+
+
+def extract_request(text: str, request_stop: list[str]) -> str:
+    """The request part of a raw completion: cut at the first request stop, stripped.
+
+    >>> extract_request("Write a CSV parser.\\n```python\\nimport csv", ["```"])
+    'Write a CSV parser.'
+    """
+    cut = min((i for i in (text.find(s) for s in request_stop if s) if i >= 0), default=len(text))
+    return text[:cut].strip()
+
+
+def _renderer(backend):
+    if backend.chat_template() is None:
+        return None
+    return lambda messages, add_generation_prompt: backend.apply_chat_template(
+        messages, add_generation_prompt=add_generation_prompt)
+
+
+def _runs(indices: list[int]) -> list[tuple[int, int]]:
+    """Contiguous runs of sorted indices as (start, length): one backend call with n samples each."""
+    out = []
+    for _, group in itertools.groupby(enumerate(indices), key=lambda p: p[1] - p[0]):
+        members = [i for _, i in group]
+        out.append((members[0], len(members)))
+    return out
+
+
+def run(table: pa.Table, cfg: MineConfig, ctx) -> pa.Table:
+    """Generate the planned samples of this shard (see the module docstring)."""
+    from pipeline.backends.base import SamplingParams
+
+    rows = sorted(table.to_pylist(), key=lambda r: (r["miner"], r["language"], r["sample_index"]))
+    out: list[dict] = []
+    for (miner, language), group in itertools.groupby(rows, key=lambda r: (r["miner"], r["language"])):
+        group = list(group)
+        backend = ctx.backend(miner)
+        family = getattr(ctx.model_spec(miner), "family", None)
+        pre = build_pre_query(_renderer(backend), family, cfg.template, cfg.system_for(language))
+        stop = tuple(dict.fromkeys((*pre.stop, *cfg.stop)))
+        base = _base_seed(ctx.seed, miner, language)
+        by_index = {r["sample_index"]: r for r in group}
+        for start, count in _runs(sorted(by_index)):
+            params = SamplingParams(n=count, temperature=cfg.temperature, top_p=cfg.top_p,
+                                    max_tokens=cfg.max_tokens, stop=stop, seed=base + start)
+            completions = backend.complete([pre.prompt], params)[0]
+            for k, completion in enumerate(completions):
+                row = by_index[start + k]
+                text = extract_request(completion.text, cfg.request_stop)
+                own = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
+                                     max_tokens=params.max_tokens, stop=stop,
+                                     seed=params.sample_seed(k))
+                out.append({"instruction_id": instruction_id(text), "instruction": text,
+                            "miner": miner, "language": language,
+                            "sample_params": own.to_json(), "template": pre.template,
+                            "finish_reason": completion.finish_reason, "raw": completion.text,
+                            "task_id": row["task_id"], "sample_index": row["sample_index"]})
+            ctx.advance(count)
+    return pa.Table.from_pylist(out, schema=MINE_SCHEMA)
+
+
+MINE_SCHEMA = pa.schema([
+    ("instruction_id", pa.string()), ("instruction", pa.string()), ("miner", pa.string()),
+    ("language", pa.string()), ("sample_params", pa.string()), ("template", pa.string()),
+    ("finish_reason", pa.string()), ("raw", pa.string()), ("task_id", pa.string()),
+    ("sample_index", pa.int64())])
+
+STAGE = StageSpec(name="mine", config=MineConfig, run=run, plan=plan, shard_key="task_id",
+                  uses_models=True, inputs=("task_id", "miner", "language", "sample_index"),
+                  outputs=tuple(MINE_SCHEMA.names))
