@@ -27,6 +27,7 @@ import signal
 import struct
 import sys
 import time
+import types
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000  # NS UTS IPC USER PID
@@ -75,10 +76,12 @@ class _Job:
     """State of the running job, reached by the helpers the rewritten asserts call."""
 
     ev_fd = -1
+    nonce = ""  # events without it are ignored: a bare write to the channel cannot forge a pass
     reason = ""
 
 
 def _emit(**event):
+    event["n"] = _Job.nonce
     _write(_Job.ev_fd, (_dumps(event) + "\n").encode())
 
 
@@ -179,10 +182,17 @@ def run_job(job, cfg):
         _exit(0)
     chunks = [(kind, marshal.loads(binascii.a2b_base64(code))) for kind, code in job["chunks"]]
     snapshots = [(builtins, dict(vars(builtins)))]
+    if any("unittest" in line for line in job["lines"]):
+        import unittest  # noqa: F401 - imported before the solution so its TestCase is restorable
     if "unittest" in sys.modules:
         case = sys.modules["unittest"].TestCase
         snapshots.append((case, dict(vars(case))))
-    namespace = {"__name__": "__main__", "__builtins__": builtins}
+    # The solution runs as the real __main__ (pickling its classes works) and does not find
+    # this harness in sys.modules.
+    main_module = types.ModuleType("__main__")
+    sys.modules["__main__"] = main_module
+    namespace = main_module.__dict__
+    namespace["__builtins__"] = builtins
     _emit(e="start")
     try:
         exec(solution, namespace)
@@ -236,20 +246,19 @@ def _flush_and_exit():
 def _prepare_c2(job, cfg, fds):
     """Limits, output plumbing and privilege drop of C2, before any untrusted code."""
     ev_w, out_w, err_w = fds
+    os.setsid()  # kill(0, ...) by the job must not reach the server's process group
     if cfg["isolated"]:
         _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
         data = (ctypes.c_uint32 * 6)()
         _check(_libc.capset(header, data), "capset")
-    else:
-        os.setsid()
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
     ev = os.dup2(ev_w, 3)
     os.closerange(4, 1 << 16)
-    _Job.ev_fd = ev
+    _Job.ev_fd, _Job.nonce = ev, job["nonce"]
     os.chdir(cfg["work_dir"])
     try:
         with open("/proc/self/oom_score_adj", "w") as f:
@@ -284,6 +293,7 @@ def _prepare_c2(job, cfg, fds):
 def _start_c1(job, cfg, fds):
     """In C1: new namespaces and private tmpfs, then fork C2 and mirror its exit status."""
     uid, gid = os.getuid(), os.getgid()
+    os.setsid()
     _check(_libc.prctl(_PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # needed to write uid_map
     _check(_libc.unshare(_CLONE_FLAGS), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", "%d %d 1" % (uid, uid)),
@@ -315,7 +325,8 @@ def _child(job, cfg, fds):
             run_job(job, cfg)
     except _BaseException as exc:  # noqa: BLE001 - setup failure is a sandbox error
         try:
-            _write(fds[0], (_dumps({"e": "setup", "msg": "%s: %s" % (_type(exc).__name__, exc)})
+            _write(fds[0], (_dumps({"e": "setup", "n": job["nonce"],
+                                   "msg": "%s: %s" % (_type(exc).__name__, exc)})
                             + "\n").encode())
         finally:
             _exit(70)
@@ -380,6 +391,7 @@ def _reap(cfg, pid, status):
 def serve_job(job, cfg):
     """Run one job in a child and supervise it; returns the verdict dict."""
     start = time.monotonic()
+    nonce = job["nonce"] = binascii.hexlify(os.urandom(12)).decode()
     ev_r, ev_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -439,7 +451,7 @@ def serve_job(job, cfg):
             ev = json.loads(line)
         except ValueError:
             continue
-        kind = ev.get("e") if isinstance(ev, dict) else None
+        kind = ev.get("e") if isinstance(ev, dict) and ev.get("n") == nonce else None
         if kind == "ok":
             summary["ok"] += 1
         elif kind == "exc":

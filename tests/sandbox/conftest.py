@@ -1,0 +1,79 @@
+"""Shared pools and side-effect probes for the sandbox tests."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from pipeline.sandbox import Job, SandboxConfig, SandboxPool, self_check
+
+ISOLATED_MODES = ("forkserver", "per_exec")
+UID_BASE = 64100  # away from the default pool's uids, so other sandbox users do not disturb counts
+
+
+def _problems() -> list[str]:
+    return self_check(SandboxConfig(uid_base=UID_BASE))
+
+
+requires_isolation = pytest.mark.skipif(
+    bool(_problems()), reason=f"sandbox isolation unavailable: {_problems()}")
+
+
+def processes_of_uids(uids) -> list[tuple[int, str]]:
+    """(pid, state) of every host process whose real uid is in ``uids``."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            status = (entry / "status").read_text()
+        except OSError:
+            continue
+        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
+        if int(fields["Uid"].split()[0]) in uids:
+            found.append((int(entry.name), fields["State"].split()[0]))
+    return found
+
+
+class PoolUnderTest:
+    """A pool plus what a clean state looks like for it (servers alive, nothing else)."""
+
+    def __init__(self, mode: str, **overrides):
+        cfg = SandboxConfig(mode=mode, workers=1, uid_base=UID_BASE + 10 * ISOLATED_MODES.index(mode),
+                            **overrides)
+        self.pool = SandboxPool.from_config(cfg)
+        self.mode = mode
+        self.uids = {w.slot.uid for w in self.pool._workers}
+
+    def server_pids(self) -> set[int]:
+        return {w._server.proc.pid for w in self.pool._workers if w._server is not None}
+
+    def stray_processes(self) -> list[tuple[int, str]]:
+        """Processes of the slot uids beyond the fork servers themselves."""
+        procs = processes_of_uids(self.uids)
+        allowed = 1 if self.mode == "forkserver" else 0
+        return procs if len(procs) > allowed * len(self.uids) else []
+
+    def run(self, solution: str, tests: str, **kw):
+        return self.pool.run(Job(solution, tests, **kw))
+
+
+@pytest.fixture(scope="module", params=ISOLATED_MODES)
+def sandbox(request):
+    if _problems():
+        pytest.skip(f"sandbox isolation unavailable: {_problems()}")
+    under_test = PoolUnderTest(request.param, timeout_s=5.0, memory_mb=256)
+    yield under_test
+    under_test.pool.close()
+
+
+@pytest.fixture
+def host_victim(tmp_path):
+    """A host file and directory an attacker would like to delete or overwrite."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious")
+    os.chmod(tmp_path, 0o777)
+    os.chmod(victim, 0o666)  # even world-writable: only the mount namespace protects it
+    return victim
