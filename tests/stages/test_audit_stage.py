@@ -105,3 +105,18 @@ def test_audit_file_on_user_tables(tmp_path, suffix):
     assert report.is_file() and (tmp_path / "out" / "metrics.json").is_file()
     metrics = json.loads((tmp_path / "out" / "metrics.json").read_text())
     assert metrics["counts"]["battles"] == 60
+
+
+def test_audit_without_parsed_verdicts_or_separation():
+    from pipeline.report import render_report
+
+    rows = pd.DataFrame({"instruction_id": ["i", "i"], "model_a": ["x", "x"],
+                         "model_b": ["y", "y"], "judge": ["z", "z"], "order": ["ab", "ba"],
+                         "verdict": [None, None], "status_a": ["no_tests"] * 2,
+                         "status_b": ["passed"] * 2})
+    metrics = audit_table(rows)
+    assert metrics["judges"]["separated_battles"] == 0
+    assert metrics["judges"]["majority"]["rate"] is None
+    assert metrics["gate"]["threshold"] is None
+    assert metrics["gate"]["without_tests"] == {"rows": 1, "admitted": 0}
+    assert "n/a" in render_report(metrics)

@@ -153,3 +153,14 @@ def test_rate_stage_rejects_duplicate_answers(tmp_path):
         run(doubled, RateConfig(n_bootstrap=0), ctx)
     with pytest.raises(Exception, match="extra"):
         RateConfig(alhpa=0.5)
+
+
+def test_rate_stage_without_any_verdict(tmp_path):
+    table = pa.table({"instruction_id": ["i1", "i1"], "model": ["x", "y"]})
+    unparsed = judge_rows([("i1", "x", "y", "z", None, None)])
+    result = run(table, RateConfig(), TableContext({"judge": pa.Table.from_pandas(unparsed)},
+                                                   tmp_path))
+    out = result.table.to_pandas()
+    assert out["winner"].isna().all() and (out["n_battles"] == 0).all()
+    assert result.stats["battles_unparsed"] == 1 and result.stats["models_rated"] == 0
+    assert pq.read_table(tmp_path / "rate/ratings.parquet").num_rows == 0
