@@ -123,7 +123,7 @@ def _validate(X: np.ndarray, k: int, first: int,
         row = int(np.argmin(finite_rows))
         raise ValueError(f"X has NaN or infinite values in row {row}")
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
-        raise ValueError(f"k must be an int, got {k!r}")
+        raise TypeError(f"k must be an int, got {k!r}")
     seeds = np.asarray(list(already_selected), dtype=np.int64)
     if seeds.size:
         bad = seeds[(seeds < 0) | (seeds >= n)]

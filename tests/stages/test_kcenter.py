@@ -157,7 +157,6 @@ def test_result_object():
     (np.zeros((3, 2)), -1, {}, "k must be in"),
     (np.zeros((3, 2)), 4, {}, r"k must be in \[1, 3\]"),
     (np.zeros((3, 2)), 2, {"already_selected": [0, 1]}, r"k must be in \[1, 1\]"),
-    (np.zeros((3, 2)), 1.5, {}, "k must be an int"),
     (np.zeros((3, 2)), 1, {"first": 3}, "first=3 out of range"),
     (np.zeros((3, 2)), 1, {"first": -1}, "first=-1 out of range"),
     (np.zeros((3, 2)), 1, {"already_selected": [5]}, "index 5 out of range"),
@@ -167,6 +166,11 @@ def test_result_object():
 def test_bad_input_raises_clear_error(X, k, kwargs, match):
     with pytest.raises(ValueError, match=match):
         kcenter_greedy(X, k, **kwargs)
+
+
+def test_non_int_k_is_a_type_error():
+    with pytest.raises(TypeError, match="k must be an int"):
+        kcenter_greedy(np.zeros((3, 2)), 1.5)
 
 
 def test_input_is_not_modified():
