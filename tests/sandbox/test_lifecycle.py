@@ -1,0 +1,101 @@
+"""Process hygiene: a killed supervisor leaves nothing behind; long runs leak nothing."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+from conftest import UID_BASE, processes_of_uids, requires_isolation
+
+from pipeline.sandbox import PASSED, Job, SandboxConfig, SandboxPool
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _sandbox_processes(uids) -> list[int]:
+    """Host processes of the uids, plus root bubblewrap processes started for them."""
+    pids = [pid for pid, _ in processes_of_uids(uids)]
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                argv = (entry / "cmdline").read_bytes().split(b"\0")
+            except OSError:
+                continue
+            if any(f"--reuid={u}".encode() in argv for u in uids):
+                pids.append(int(entry.name))
+    return pids
+
+
+@requires_isolation
+def test_killing_the_supervisor_leaves_no_sandbox_process(tmp_path):
+    uid_base = UID_BASE + 50
+    started = tmp_path / "started"
+    script = textwrap.dedent(f"""
+        import sys
+        sys.path.insert(0, {str(ROOT)!r})
+        from pipeline.sandbox import Job, SandboxConfig, SandboxPool
+        pool = SandboxPool.from_config(SandboxConfig(workers=2, uid_base={uid_base}))
+        open({str(started)!r}, "w").write("x")
+        daemon = ("import os, signal, time\\nif os.fork() == 0:\\n    os.setsid()\\n"
+                  "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\\n    time.sleep(600)\\n"
+                  "time.sleep(600)\\n")
+        pool.run_many([Job(daemon, "assert True", timeout_s=600)] * 2)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script])
+    uids = {uid_base, uid_base + 1}
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline and len(processes_of_uids(uids)) < 8:
+        time.sleep(0.1)  # 2 servers + 2 x (C1, C2, daemon)
+    assert started.exists()
+    assert len(processes_of_uids(uids)) >= 8
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _sandbox_processes(uids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _sandbox_processes(uids) == []
+
+
+def _fds() -> set[str]:
+    return set(os.listdir("/proc/self/fd"))
+
+
+def _zombie_children() -> list[int]:
+    me = str(os.getpid())
+    zombies = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text()
+            except OSError:
+                continue
+            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
+            if state == "Z" and ppid == me:
+                zombies.append(int(entry.name))
+    return zombies
+
+
+@requires_isolation
+def test_a_thousand_jobs_leave_no_zombies_and_no_leaked_descriptors():
+    cfg = SandboxConfig(workers=2, uid_base=UID_BASE + 60, recycle_after=150)
+    inside = ("import os\nstates = []\nfor p in os.listdir('/proc'):\n    if p.isdigit():\n"
+              "        try:\n            states.append(open(f'/proc/{p}/stat').read().rsplit(')', 1)[1].split()[0])\n"
+              "        except OSError:\n            pass\n")
+    with SandboxPool.from_config(cfg) as pool:
+        pool.run_many([Job("x = 1", "assert x == 1")] * 4)  # warm: servers started
+        fds_before = _fds()
+        results = pool.run_many([Job(f"x = {i}", f"assert x == {i}") for i in range(1000)])
+        assert [r.status for r in results] == [PASSED] * 1000
+        # inside the sandbox: no zombie, only bwrap's init, the server, C1 and this job
+        probe = pool.run_many([Job(inside, "assert 'Z' not in states and len(states) <= 4")] * 2)
+        assert [r.status for r in probe] == [PASSED, PASSED], probe
+        assert len(_fds()) == len(fds_before)  # servers were recycled: same count, new numbers
+        assert _zombie_children() == []
+        uids = {w.slot.uid for w in pool._workers}
+        assert len(processes_of_uids(uids)) == 2  # the two servers and nothing else
+    assert processes_of_uids(uids) == []

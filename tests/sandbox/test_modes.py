@@ -1,0 +1,129 @@
+"""Correct solutions pass in every mode; errors are classified; results are storable."""
+
+from __future__ import annotations
+
+import pyarrow as pa
+import pytest
+from conftest import UID_BASE, requires_isolation
+
+from pipeline.sandbox import (
+    ERROR, FAILED, MEMORY, PASSED, TIMEOUT, Job, SandboxConfig, SandboxPool, SandboxUnavailable,
+    pool as pool_module, run_tests,
+)
+
+HUMANEVAL_SOLUTION = '''
+from typing import List
+
+
+def has_close_elements(numbers: List[float], threshold: float) -> bool:
+    for i, a in enumerate(numbers):
+        for j, b in enumerate(numbers):
+            if i != j and abs(a - b) < threshold:
+                return True
+    return False
+'''
+HUMANEVAL_TESTS = '''
+METADATA = {'author': 'jt', 'dataset': 'test'}
+
+
+def check(candidate):
+    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.3) == True
+    assert candidate([1.0, 2.0, 3.9, 4.0, 5.0, 2.2], 0.05) == False
+    assert candidate([1.0, 2.0, 5.9, 4.0, 5.0], 0.95) == True
+    assert candidate([1.1, 2.2, 3.1, 4.1, 5.1], 1.0) == True
+
+check(has_close_elements)
+'''
+RICH_SOLUTION = '''
+import collections, heapq, json, math, re, threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+@dataclass
+class Point:
+    x: int
+    y: int
+
+def word_counts(text):
+    print("counting", len(text))
+    with ThreadPoolExecutor(2) as ex:
+        words = list(ex.map(str.lower, re.findall(r"\\w+", text)))
+    open("scratch.txt", "w").write(json.dumps(words))
+    return dict(collections.Counter(words))
+
+def dist(p):
+    return math.hypot(p.x, p.y)
+'''
+RICH_TESTS = '''
+assert word_counts("a b A") == {"a": 2, "b": 1}
+assert abs(dist(Point(3, 4)) - 5.0) < 1e-9
+assert heapq.nsmallest(2, [3, 1, 2]) == [1, 2]
+assert isinstance(Point(1, 2), Point)
+'''
+CASES = [(HUMANEVAL_SOLUTION, HUMANEVAL_TESTS, None), (RICH_SOLUTION, RICH_TESTS, 4),
+         ("def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3\nassert add(-1, 1) == 0", 2)]
+
+
+@pytest.fixture(scope="module", params=["forkserver", "per_exec", "degraded"])
+def any_pool(request):
+    if request.param != "degraded":
+        from conftest import _problems
+        if _problems():
+            pytest.skip(f"sandbox isolation unavailable: {_problems()}")
+    cfg = SandboxConfig(mode=request.param, workers=2, uid_base=UID_BASE + 70)
+    with SandboxPool.from_config(cfg) as p:
+        yield p
+
+
+def test_correct_solutions_pass_in_every_mode(any_pool):
+    results = any_pool.run_many([Job(s, t) for s, t, _ in CASES])
+    for (_, _, total), r in zip(CASES, results):
+        assert r.status == PASSED, r
+        assert r.passed and r.isolation == any_pool.mode
+        assert r.tests_total == total
+        assert r.assertions_failed == 0 and r.assertions_passed >= 4 - 2 * (total == 2)
+    assert "counting 5" in results[1].stdout_tail
+
+
+@pytest.mark.parametrize(("solution", "tests", "status", "error_type", "error_name"), [
+    ("def f(:\n", "assert f() == 1", ERROR, "syntax", "SyntaxError"),
+    ("def f():\n    return 1\n", "assert f( == 1", ERROR, "syntax", "SyntaxError"),
+    ("def f():\n    return 1 / 0\n", "assert f() == 1", ERROR, "runtime", "ZeroDivisionError"),
+    ("x = [][1]\n", "assert True", ERROR, "runtime", "IndexError"),
+    ("def f():\n    return 2\n", "assert f() == 1", FAILED, "assertion", "AssertionError"),
+    ("def f():\n    return f()\n", "assert f()", ERROR, "runtime", "RecursionError"),
+    ("import time\ntime.sleep(30)\n", "assert True", TIMEOUT, "timeout", None),
+    ("x = bytearray(1 << 34)\n", "assert True", MEMORY, "memory", "MemoryError"),
+])
+def test_errors_are_classified(any_pool, solution, tests, status, error_type, error_name):
+    r = any_pool.run(Job(solution, tests, timeout_s=1.0, memory_mb=128))
+    assert (r.status, r.error_type, r.error_name) == (status, error_type, error_name), r
+
+
+def test_assert_list_counts_every_assertion(any_pool):
+    r = any_pool.run(Job("def f(x):\n    return x if x < 3 else -1\n",
+                         "\n".join(f"assert f({i}) == {i}" for i in range(5))))
+    assert (r.status, r.tests_total, r.assertions_passed, r.assertions_failed) == (FAILED, 5, 3, 2)
+    assert "assert f(3) == 3" in r.error_message
+
+
+def test_results_store_in_parquet_rows(any_pool):
+    results = any_pool.run_many([Job(s, t) for s, t, _ in CASES])
+    table = pa.Table.from_pylist([r.to_dict() for r in results])
+    assert table.column("passed").to_pylist() == [True] * len(CASES)
+    assert table.column("isolation").to_pylist() == [any_pool.mode] * len(CASES)
+
+
+@requires_isolation
+def test_run_tests_uses_an_isolated_default_pool():
+    r = run_tests(HUMANEVAL_SOLUTION, HUMANEVAL_TESTS, timeout_s=5.0, memory_mb=512)
+    assert r.passed and r.isolation == "forkserver" and "bwrap" in r.limits
+
+
+def test_auto_refuses_to_degrade(monkeypatch):
+    monkeypatch.setattr(pool_module.checks, "self_check",
+                        lambda cfg: ["bubblewrap: `bwrap` not found; install with `apt-get install bubblewrap`"])
+    with pytest.raises(SandboxUnavailable, match="apt-get install bubblewrap"):
+        SandboxPool.from_config(SandboxConfig())
+    with pytest.raises(SandboxUnavailable):
+        SandboxPool.from_config(SandboxConfig(mode="per_exec"))

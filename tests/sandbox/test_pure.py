@@ -1,0 +1,95 @@
+"""Pure logic of the sandbox: test compilation, verdict classification, configuration."""
+
+from __future__ import annotations
+
+import marshal
+
+import pydantic
+import pytest
+
+from pipeline.sandbox import SandboxConfig, checks
+from pipeline.sandbox.prepare import prepare_tests
+from pipeline.sandbox.verdict import classify
+
+
+def _run(tests: str, namespace: dict) -> None:
+    """Execute prepared tests with trivial helpers (the harness's real ones are tested live)."""
+    def cmp(ops, *vals):
+        import operator
+        table = {"==": operator.eq, "<": operator.lt, "in": lambda a, b: a in b}
+        return all(table[op](vals[i], vals[i + 1]) for i, op in enumerate(ops))
+    namespace.update(__af_cmp=cmp, __af_plain=lambda v: v, __af_assert=lambda v: v)
+    for chunk in prepare_tests(tests).chunks:
+        exec(marshal.loads(chunk.code), namespace)
+
+
+def test_prepare_splits_top_level_asserts():
+    prog = prepare_tests("import math\nassert math.pi > 3\nassert 1 < 2 < 3\ndef g():\n    assert 1\n")
+    assert [c.kind for c in prog.chunks] == ["stmt", "assert", "assert", "stmt"]
+    assert prog.tests_total == 2
+    assert [c.lineno for c in prog.chunks] == [1, 2, 3, 4]
+
+
+def test_prepare_keeps_line_numbers_for_tracebacks():
+    prog = prepare_tests("def check(c):\n    x = 1\n    assert c(x) == 2\ncheck(abs)\n")
+    ns: dict = {}
+    with pytest.raises(AssertionError) as info:
+        for chunk in prog.chunks:
+            code = marshal.loads(chunk.code)
+            ns.update(__af_cmp=lambda ops, a, b: a == b, __af_plain=lambda v: v,
+                      __af_assert=lambda v: v)
+            exec(code, ns)
+    tb = info.tb
+    while tb.tb_next:
+        tb = tb.tb_next
+    assert tb.tb_lineno == 3 and tb.tb_frame.f_code.co_filename == "<tests>"
+
+
+def test_rewritten_asserts_keep_their_meaning():
+    _run("assert 1 == 1\nassert [x for x in range(3) if x in (1, 2)] == [1, 2]\nassert not 0\n", {})
+    with pytest.raises(AssertionError):
+        _run("assert 1 < 2 < 2\n", {})
+
+
+@pytest.mark.parametrize("bad", ["assert (", "def f(:\n", "(" * 300 + ")" * 300])
+def test_prepare_rejects_unparsable_tests(bad):
+    with pytest.raises(SyntaxError):
+        prepare_tests(bad)
+
+
+@pytest.mark.parametrize(("verdict", "oom", "expected"), [
+    ({"done": True, "exit_code": 0, "ok": 3}, False, "passed"),
+    ({"done": False, "exit_code": 0}, False, "error"),  # ended before the tests finished
+    ({"done": True, "exit_code": 137}, False, "error"),
+    ({"done": True, "exit_code": 137}, True, "memory"),
+    ({"done": False, "exit_code": 152}, False, "timeout"),  # SIGXCPU
+    ({"reason": "timeout", "done": True, "exit_code": 0}, False, "timeout"),
+    ({"reason": "output_limit", "exit_code": 0}, False, "output_limit"),
+    ({"first_failure": {"kind": "assertion", "name": "AssertionError", "msg": "m"},
+      "exit_code": 0}, False, "failed"),
+    ({"first_error": {"kind": "runtime", "name": "KeyError", "msg": "m"},
+      "first_failure": {"kind": "assertion", "name": "AssertionError", "msg": "m"},
+      "done": True, "exit_code": 0}, False, "error"),
+    ({"first_error": {"kind": "memory", "name": "MemoryError", "msg": "m"}, "exit_code": 0},
+     False, "memory"),
+    ({"setup": "unshare: EPERM", "exit_code": 70}, False, "error"),
+])
+def test_classify(verdict, oom, expected):
+    assert classify(verdict, 1.0, oom)[0] == expected
+
+
+def test_config_is_frozen_and_strict():
+    cfg = SandboxConfig()
+    assert cfg.mode == "auto" and cfg.workers == 2
+    with pytest.raises(pydantic.ValidationError, match="extra"):
+        SandboxConfig(worker=3)
+    with pytest.raises(pydantic.ValidationError):
+        SandboxConfig(mode="none")
+    with pytest.raises(pydantic.ValidationError):
+        cfg.workers = 4
+
+
+def test_self_check_names_what_is_missing_and_how_to_install(monkeypatch):
+    monkeypatch.setattr(checks.shutil, "which", lambda name: None)
+    problems = checks._static_problems()
+    assert any("bubblewrap" in p and "apt-get install bubblewrap" in p for p in problems)
