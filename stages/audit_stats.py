@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from scipy.stats import binomtest
 
 from stages.rate import first_position_rates, judge_frame, resolve_battles
 from stages.ratings import first_bad
@@ -68,6 +67,8 @@ def execution_verdict(status_a, status_b) -> np.ndarray:
 
 def proportion(k: int, n: int, confidence: float = 0.95) -> dict:
     """``k`` of ``n`` with the exact (Clopper-Pearson) two-sided interval; rate None if n = 0."""
+    from scipy.stats import binomtest  # lazy: keeps importing the stage module cheap
+
     if n == 0:
         return {"k": 0, "n": 0, "rate": None, "ci_low": None, "ci_high": None}
     ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="exact")

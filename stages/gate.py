@@ -28,7 +28,6 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from scipy.stats import binomtest
 
 from stages.audit_stats import FAILED_STATUSES, executable, proportion
 
@@ -40,6 +39,8 @@ def upper_bound(failures: int, n: int, level: float) -> float:
 
     ``n = 0`` gives 1.0: no evidence bounds nothing.
     """
+    from scipy.stats import binomtest  # lazy: keeps importing the stage module cheap
+
     if n == 0:
         return 1.0
     ci = binomtest(int(failures), int(n), alternative="less").proportion_ci(

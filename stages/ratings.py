@@ -23,9 +23,6 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from scipy import optimize
-from scipy.sparse import coo_matrix
-from scipy.sparse.csgraph import connected_components
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +92,7 @@ def battle_counts(df: pd.DataFrame) -> pd.DataFrame:
 def elo_expectation(r_a, r_b):
     """Expected score of A against B under Elo: ``1 / (1 + 10 ** ((r_b - r_a) / 400))``.
 
-    >>> round(elo_expectation(1400, 1000), 4)
+    >>> round(float(elo_expectation(1400, 1000)), 4)
     0.9091
 
     Works elementwise on numpy arrays.
@@ -160,6 +157,8 @@ def _fit_pairs(pairs: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray, n_models: 
     bootstrap refits hundreds of times and the pair table has K(K-1)/2 rows instead of one
     row per battle.
     """
+    from scipy import optimize  # scipy imports stay out of module import (stage listing)
+
     i, j = pairs[:, 0], pairs[:, 1]
     total = w_lo + w_hi
     flat = [i * n_models + i, j * n_models + j, i * n_models + j, j * n_models + i]
@@ -229,6 +228,9 @@ def bradley_terry(battles: pd.DataFrame | pa.Table, n_bootstrap: int = 200, seed
         raise ValueError(f"bradley_terry: anchor model {anchor!r} has no battles "
                          f"(models: {models})")
     anchor_index = None if anchor is None else models.index(anchor)
+    from scipy.sparse import coo_matrix
+    from scipy.sparse.csgraph import connected_components
+
     pairs, pair_of_battle, s_lo = _pair_design(df, models)
     n_components, _ = connected_components(
         coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])),
