@@ -150,7 +150,7 @@ def repair_loop(targets: list[dict], tests: dict[str, list[str]], backend_for: A
             by_model[targets[i]["model"]].append(i)
         replies: dict[int, Any] = {}
         for model, idx in by_model.items():
-            out = backend_for(model).chat([state[i]["conversation"] for i in idx], params)
+            out = backend_for(model).chat([list(state[i]["conversation"]) for i in idx], params)
             replies.update({i: r[0] for i, r in zip(idx, out)})
         parsed = {i: extract_program(replies[i].text) if replies[i].finish_reason != "error"
                   else (None, f"backend error: {replies[i].error}") for i in active}

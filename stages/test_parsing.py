@@ -118,6 +118,8 @@ def _public_defs(tree: ast.Module) -> dict[str, str]:
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     called: set[str] = set()
     for name, node in defs.items():
+        if name == "main" or name.startswith("test"):
+            continue  # a demo or test function calling the solution does not make it a helper
         for sub in ast.walk(node):
             if isinstance(sub, ast.Name) and sub.id != name and sub.id in defs:
                 called.add(sub.id)
@@ -238,6 +240,8 @@ def _tests_in_body(body: Sequence[ast.stmt], entry: str, known: set[str]) -> lis
                 continue
             if _free_names(stmt) - _bound_names(setup) - known - _BUILTINS - _bound_names([stmt]):
                 continue  # e.g. ``unittest.main()`` or ``check(f)``: not runnable here
+            if entry in _bound_names([stmt]):
+                continue  # ``from solution import f`` or a stub would replace the answer
             setup.append(stmt)
     return tests
 

@@ -49,6 +49,8 @@ TESTS_SCHEMA = pa.schema([
 class TestGenConfig(StageConfig):
     """Authors, sampling and execution limits of the ``tests`` stage."""
 
+    __test__ = False  # not a pytest test class despite the name
+
     authors: list[str] | None = Field(None, description="test authors; default: the experts")
     tests_per_author: int = Field(5, ge=1, le=50, description="tests asked of each author")
     max_tests_per_author: int = Field(8, ge=1, le=100, description="tests kept per author")

@@ -95,8 +95,10 @@ def summarize(tests: Sequence[str], results: Sequence[Any]) -> Verdict:
     passed = sum(s == PASSED for s in per_test)
     duration = sum(r.duration_s for r in results if r is not None)
     first = next((i for i, r in enumerate(results) if r is None or not r.passed), None)
-    if first is None:
-        return Verdict(PASSED, passed, len(tests), duration_s=duration, per_test=per_test)
+    if first is None:  # output of the last test: a probe prints there
+        last = results[-1]
+        return Verdict(PASSED, passed, len(tests), stdout_tail=last.stdout_tail,
+                       stderr_tail=last.stderr_tail, duration_s=duration, per_test=per_test)
     r = results[first]
     if r is None:  # only possible after an earlier timeout, which would have been first
         raise AssertionError("skipped test before any failure")

@@ -1,0 +1,170 @@
+"""repair: the debugging-feedback loop with a scripted author and the real sandbox."""
+
+from __future__ import annotations
+
+import json
+import types
+
+import pyarrow as pa
+import pytest
+
+from pipeline.backends.base import Completion
+from stages.repair import RepairConfig, feedback_text, run
+from stages.testgen import TESTS_SCHEMA
+from stages.verify import Verdict, VerifyConfig
+
+GOOD = "def add(a, b):\n    return a + b\n"
+WRONG = "def add(a, b):\n    return a - b\n"
+STILL_WRONG = "def add(a, b):\n    return a * b\n"
+TESTS = ["assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert add(0, 5) == 5"]
+
+
+def fence(code):
+    return f"Here is the fix:\n```python\n{code}```\n"
+
+
+class ScriptedAuthor:
+    """Round k's reply is ``replies[k - 1]`` (a pure-logic test double); records what it saw."""
+
+    def __init__(self, replies):
+        self.replies, self.seen = replies, []
+
+    def chat(self, conversations, params):
+        out = []
+        for conv in conversations:
+            self.seen.append(conv)
+            k = sum(m["role"] == "user" for m in conv) - 1
+            out.append([Completion(text=self.replies[k - 1], finish_reason="stop")])
+        return out
+
+
+class Ctx:
+    def __init__(self, pool, authors, tests):
+        self.pool, self.authors, self.tests, self.seed = pool, authors, tests, 0
+        self.config = types.SimpleNamespace(verify=VerifyConfig(timeout_s=2.0))
+
+    def backend(self, model_id):
+        return self.authors[model_id]
+
+    def read(self, stage, columns=None, instruction_ids=None):
+        assert stage == "tests"
+        return self.tests
+
+    def sandbox(self):
+        return self.pool
+
+    def advance(self, rows):
+        pass
+
+
+@pytest.fixture(scope="module")
+def pool():
+    from pipeline.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+
+    try:
+        p = SandboxPool.from_config(SandboxConfig(workers=2))
+    except SandboxUnavailable as exc:
+        pytest.skip(f"sandbox isolation unavailable here: {exc}")
+    yield p
+    p.close()
+
+
+def verify_rows():
+    """Verify output for three instructions: i1's winner failed, i2's passed, i3 untested."""
+    def row(iid, model, code, status, passed, total, selected, **kw):
+        base = dict(instruction_id=iid, instruction="Write add(a, b) that adds two ints.",
+                    model=model, response=fence(code) if code else "no code", code=code,
+                    status=status, tests_passed=passed, tests_total=total,
+                    error_class="assertion" if status == "failed" else None,
+                    error_message="<tests> line 1, in <module>: assert add(1, 2) == 3\n"
+                    "AssertionError: " if status == "failed" else None,
+                    failed_test=TESTS[0] if status == "failed" else None, stdout_tail="",
+                    stderr_tail="", duration_s=0.01, judge_winner=selected, final_score=0.5,
+                    selected=selected, selection_rule="judge", flipped=False)
+        return {**base, **kw}
+    return pa.Table.from_pylist([
+        row("i1", "m1", WRONG, "failed", 0, 3, True),
+        row("i1", "m2", GOOD, "passed", 3, 3, False),
+        row("i2", "m1", GOOD, "passed", 3, 3, True),
+        row("i2", "m2", WRONG, "failed", 0, 3, False),  # failing, not selected: left alone
+        row("i3", "m2", WRONG, "no_tests", 0, 0, True),
+    ])
+
+
+def make_tests_table():
+    rows = [dict(instruction_id=iid, author="m2", test_idx=k, test_code=t, survived=True,
+                 reason=None, entry_point="add", signature="def add(a, b)", passed_by=[],
+                 consensus=[], no_tests=False, raw="", parse_error=None)
+            for iid in ("i1", "i2") for k, t in enumerate(TESTS)]
+    return pa.Table.from_pylist(rows, schema=TESTS_SCHEMA)
+
+
+def test_failing_winner_is_repaired_in_round_two(pool):
+    m1 = ScriptedAuthor([fence(STILL_WRONG), fence(GOOD)])
+    ctx = Ctx(pool, {"m1": m1, "m2": ScriptedAuthor([])}, make_tests_table())
+    table = verify_rows()
+    result = run(table, RepairConfig(max_rounds=3), ctx)
+    out = result.table
+    assert out.column_names[:table.num_columns] == table.column_names
+    assert out.num_rows == table.num_rows
+    rows = {(r["instruction_id"], r["model"]): r for r in out.to_pylist()}
+    fixed = rows["i1", "m1"]
+    assert (fixed["status"], fixed["tests_passed"], fixed["repaired"], fixed["repair_rounds"]) == \
+        ("passed", 3, True, 2)
+    assert fixed["code"] == GOOD and fixed["response"] == fence(GOOD)
+    steps = json.loads(fixed["repair_trajectory"])
+    assert [s["round"] for s in steps] == [0, 1, 2]
+    assert steps[0]["code"] == WRONG and steps[0]["status"] == "failed"
+    assert steps[1]["code"] == STILL_WRONG and steps[1]["status"] == "failed"
+    assert steps[1]["tests_passed"] == 1  # 2 * 2 == 4 only
+    assert steps[2]["status"] == "passed"
+    # round 1's feedback: the failing test, the error and what the expression returned
+    assert "assert add(1, 2) == 3" in steps[1]["feedback"]
+    assert "AssertionError" in steps[1]["feedback"] and "add(1, 2)` returned: -1" in steps[1]["feedback"]
+    # round 2 continues the conversation with the re-verified verdict of round 1
+    assert "1 of 3 tests passed" in steps[2]["feedback"]
+    assert "add(1, 2)` returned: 2" in steps[2]["feedback"]
+    assert len(m1.seen) == 2 and [m["role"] for m in m1.seen[1]] == \
+        ["system", "user", "assistant", "user", "assistant", "user"]
+    # never leaked: the passing answer of another model is not in anything the author saw
+    assert not any("a + b" in m["content"] for conv in m1.seen for m in conv)
+    # untouched rows
+    for key in (("i1", "m2"), ("i2", "m1"), ("i2", "m2"), ("i3", "m2")):
+        assert (rows[key]["repaired"], rows[key]["repair_rounds"],
+                rows[key]["repair_trajectory"]) == (False, 0, None)
+        assert rows[key]["status"] == table.filter(
+            pa.array([(r["instruction_id"], r["model"]) == key for r in table.to_pylist()])
+        ).column("status")[0].as_py()
+    s = result.stats
+    assert (s["repair_attempted"], s["repaired"], s["repaired.m1"]) == (1, 1, 1)
+    assert (s["repaired_within.1"], s["repaired_within.2"], s["repaired_within.3"]) == (0, 1, 1)
+
+
+def test_unparseable_and_unfixed_replies_keep_the_original(pool):
+    m1 = ScriptedAuthor(["I am not sure what is wrong.", fence(STILL_WRONG)])
+    ctx = Ctx(pool, {"m1": m1}, make_tests_table())
+    result = run(verify_rows().slice(0, 1), RepairConfig(max_rounds=2), ctx)
+    [row] = result.table.to_pylist()
+    assert (row["status"], row["code"], row["repaired"], row["repair_rounds"]) == \
+        ("failed", WRONG, False, 2)
+    steps = json.loads(row["repair_trajectory"])
+    assert steps[1]["code"] is None and steps[1]["parse_error"].startswith("code does not parse")
+    assert "did not contain Python code" in steps[2]["feedback"]
+    assert result.stats.get("repaired", 0) == 0
+    assert result.stats["repair_attempted"] == 1 and result.stats["repaired_within.2"] == 0
+
+
+def test_zero_rounds_is_a_pass_through(pool):
+    table = verify_rows()
+    result = run(table, RepairConfig(max_rounds=0), Ctx(pool, {}, make_tests_table()))
+    assert result.table.column("status").to_pylist() == table.column("status").to_pylist()
+    assert not any(result.table.column("repaired").to_pylist())
+
+
+def test_feedback_text_carries_error_and_output_without_a_solution():
+    v = Verdict("error", 1, 3, "runtime", "<solution> line 2, in add: return a / 0\n"
+                "ZeroDivisionError: division by zero", "assert add(1, 2) == 3",
+                stdout_tail="debug 42\n", stderr_tail="")
+    text = feedback_text(v)
+    assert "1 of 3 tests passed" in text and "ZeroDivisionError" in text
+    assert "assert add(1, 2) == 3" in text and "debug 42" in text and "(runtime)" in text
