@@ -129,7 +129,10 @@ class SandboxWorker:
                     info = json.loads(os.read(server.info_r, 4096) or b"{}")
                     if info.get("child-pid"):
                         os.kill(int(info["child-pid"]), signal.SIGKILL)
-            except (OSError, ValueError):
+                        # bubblewrap reaps its init and exits by itself; killing it first would
+                        # orphan the init to the host's pid 1, which may reap it late (zombie).
+                        server.proc.wait(timeout=2)
+            except (OSError, ValueError, subprocess.TimeoutExpired):
                 pass
             try:
                 os.killpg(server.proc.pid, signal.SIGKILL)
@@ -169,6 +172,8 @@ class SandboxWorker:
         if self.cgroup is not None:
             self.cgroup.set_memory_limit((memory_mb + _SERVER_MEMORY_MB) << 20)
         oom_before = self.cgroup.oom_kills() if self.cgroup else 0
+        if self._server is not None and self._server.proc.poll() is not None:
+            self._close(self._server)  # died while idle (recycled by the harness, OOM...)
         self.start()
         server = self._server
         frame = json.dumps({

