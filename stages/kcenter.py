@@ -7,14 +7,17 @@ distance from each new center to every point with sklearn, which costs a full pa
 per step. Here each point keeps an *upper bound* on its distance to the nearest center (its
 distance as of the last time it was brought up to date) and only the points whose bound is at
 the top are refreshed against the centers added since; the point picked is provably the same
-one a full update would pick, and no point-center distance is needed twice.
+one a full update would pick, and most point-center distances are never computed.
 
 Arithmetic (chosen so the selection matches the sklearn reference exactly): each point-center
 squared distance is accumulated in float64 on a small block, rounded to ``X``'s dtype, and the
 square root is taken in that dtype. That is what sklearn does for float32 input (it upcasts
 chunks to float64) and is exact enough for float64 input; identical rows are at distance
-exactly 0. ``X`` is never copied whole; working memory beyond ``X`` is O(n) plus fixed-size
-blocks.
+exactly 0. ``X`` is never copied whole; working memory beyond ``X`` is O(n) (bounds, row
+norms) plus a float64 copy of the chosen centers (O(k d)) and fixed 8 MiB blocks.
+
+The torch backend (``backend="torch"``, or ``"auto"`` when CUDA is visible) does a full blocked
+update per step on the device with the same per-pair arithmetic; on a GPU that pass is cheap.
 
 Example:
     >>> import numpy as np
@@ -29,6 +32,8 @@ from __future__ import annotations
 
 import dataclasses
 import importlib.util
+import os
+import sys
 from collections.abc import Sequence
 from typing import Literal
 
@@ -85,6 +90,7 @@ def kcenter_greedy(X: np.ndarray, k: int, first: int = 0,
     Raises:
         ValueError: on a non-2-D, empty or non-finite ``X`` (naming the first bad row), on
             ``k`` out of range, or on out-of-range or repeated center indices.
+        TypeError: when ``k`` is not an int.
     """
     return kcenter_greedy_with_radii(X, k, first, already_selected, backend=backend,
                                      device=device).indices
@@ -144,6 +150,10 @@ def _validate(X: np.ndarray, k: int, first: int,
 
 def _cuda_available() -> bool:
     if importlib.util.find_spec("torch") is None:
+        return False
+    # Importing torch takes seconds; skip it when no GPU driver is loaded (NVIDIA or ROCm).
+    if "torch" not in sys.modules and not any(
+            os.path.exists(p) for p in ("/proc/driver/nvidia/version", "/dev/kfd")):
         return False
     import torch
 
