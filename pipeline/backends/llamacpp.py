@@ -79,7 +79,7 @@ _PARAMS_LOCK = threading.Lock()
 
 
 @contextlib.contextmanager
-def _model_params(use_extra_bufts: bool) -> Iterator[None]:
+def model_params_override(use_extra_bufts: bool) -> Iterator[None]:
     """Make ``Llama.__init__`` load with ``use_extra_bufts`` set as given.
 
     ``Llama`` takes no argument for this field of ``llama_model_params``; it reads the defaults
@@ -135,7 +135,7 @@ class LlamaCppBackend:
         self._lock = threading.Lock()  # a llama context is not thread-safe
         llama_kwargs.setdefault("verbose", False)
         self.extra_buffers = not build_has_amx() if extra_buffers is None else extra_buffers
-        with _model_params(use_extra_bufts=self.extra_buffers):
+        with model_params_override(use_extra_bufts=self.extra_buffers):
             self.llm = Llama(model_path=str(model_path), n_ctx=n_ctx, n_threads=n_threads,
                              n_threads_batch=n_threads, seed=seed, **llama_kwargs)
         self._bos = self._token_text(self.llm.token_bos())

@@ -177,7 +177,7 @@ class OpenAIServerBackend:
 
     # -- prompts -------------------------------------------------------------------------------
     def _root(self) -> str:
-        return self.base_url[:-3] if self.base_url.endswith("/v1") else self.base_url
+        return self.base_url.removesuffix("/v1")
 
     def chat_template(self) -> str | None:
         """The registry's template, else what the server reports (llama.cpp ``/props``)."""
@@ -209,7 +209,8 @@ class OpenAIServerBackend:
                            ("/extras/tokenize", {"input": text})):
             try:
                 response = self._client.post(self._root() + path, json=body, timeout=10.0)
-            except Exception:  # noqa: BLE001 - try the next dialect
+            except Exception as exc:  # noqa: BLE001 - try the next dialect
+                log.debug("tokenize via %s failed: %s", path, exc)
                 continue
             if response.status_code == 200:
                 return list(response.json()["tokens"])

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.backends.base import Completion, Conversation, SamplingParams, merged_stop
+from pipeline.backends.base import BackendError, Completion, Conversation, SamplingParams, merged_stop
 from pipeline.backends.chat_template import (
     ChatTemplateError,
     chat_by_rendering,
@@ -64,7 +64,13 @@ class VllmBackend:
     def __init__(self, model_id: str, model: str, *, n_ctx: int = 4096,
                  stop: tuple[str, ...] = (), chat_template: str | None = None,
                  seed: int = 0, **engine_kwargs: Any) -> None:
-        import vllm
+        try:
+            import vllm
+        except ImportError as exc:
+            raise BackendError(
+                f"model {model_id!r} uses backend 'vllm', but vLLM is not importable ({exc}); "
+                "install the vllm extra in its own environment (vLLM pins its own torch)"
+            ) from exc
 
         self._vllm = vllm
         self.model_id = model_id

@@ -1,0 +1,117 @@
+"""The persistent request cache (pure logic: a counting double stands in for the model)."""
+
+import multiprocessing
+
+from pipeline.backends.base import Completion, SamplingParams
+from pipeline.backends.request_cache import CachedBackend, request_key
+
+
+class CountingBackend:
+    """Echoes prompts; fails any prompt containing 'FAIL'; counts what reaches it."""
+
+    model_id = "echo"
+
+    def __init__(self):
+        self.calls: list[str] = []
+
+    def _answer(self, prompt: str, params: SamplingParams) -> list[Completion]:
+        self.calls.append(prompt)
+        if "FAIL" in prompt:
+            return [Completion.failed("boom")] * params.n
+        return [Completion(text=f"{prompt}#{i}", finish_reason="stop", prompt_tokens=1,
+                           completion_tokens=2) for i in range(params.n)]
+
+    def complete(self, prompts, params):
+        return [self._answer(p, params) for p in prompts]
+
+    def chat(self, conversations, params):
+        return [self._answer(c[-1]["content"], params) for c in conversations]
+
+    def chat_template(self):
+        return "T"
+
+    def apply_chat_template(self, messages, add_generation_prompt=True):
+        return "rendered"
+
+    def tokenize(self, text):
+        return [len(text)]
+
+    def close(self):
+        pass
+
+
+def test_second_run_is_served_from_disk_and_counted(tmp_path):
+    params = SamplingParams(n=2, max_tokens=8, seed=1)
+    first = CachedBackend(CountingBackend(), tmp_path, "sha-a")
+    out1 = first.complete(["a", "b"], params)
+    assert first.cache_stats() == {"hits": 0, "misses": 2}
+    first.close()
+
+    inner = CountingBackend()
+    second = CachedBackend(inner, tmp_path, "sha-a")
+    out2 = second.complete(["b", "c", "a"], params)
+    assert inner.calls == ["c"]  # only the new prompt reached the model
+    assert second.cache_stats() == {"hits": 2, "misses": 1}
+    assert out2[0] == out1[1] and out2[2] == out1[0]
+    assert out2[1][1].text == "c#1"
+
+
+def test_key_depends_on_every_part_of_the_request():
+    p = SamplingParams(max_tokens=8)
+    base = request_key("m", "w", "complete", "x", p)
+    assert base == request_key("m", "w", "complete", "x", SamplingParams(max_tokens=8))
+    variants = [request_key("m2", "w", "complete", "x", p),
+                request_key("m", "w2", "complete", "x", p),
+                request_key("m", "w", "chat", "x", p),
+                request_key("m", "w", "complete", "y", p),
+                request_key("m", "w", "complete", "x", SamplingParams(max_tokens=9)),
+                request_key("m", "w", "chat", [{"role": "user", "content": "x"}], p)]
+    assert len({base, *variants}) == 7
+
+
+def test_chat_and_complete_do_not_share_entries(tmp_path):
+    inner = CountingBackend()
+    cached = CachedBackend(inner, tmp_path, "w")
+    params = SamplingParams()
+    cached.complete(["hi"], params)
+    cached.chat([[{"role": "user", "content": "hi"}]], params)
+    assert inner.calls == ["hi", "hi"]
+
+
+def test_failures_are_returned_but_never_cached(tmp_path):
+    inner = CountingBackend()
+    cached = CachedBackend(inner, tmp_path, "w")
+    params = SamplingParams()
+    out = cached.complete(["ok", "FAIL me"], params)
+    assert out[1][0].error == "boom" and out[0][0].error is None
+    cached.complete(["ok", "FAIL me"], params)
+    assert inner.calls == ["ok", "FAIL me", "FAIL me"]  # the failure is retried
+
+
+def test_delegates_prompt_methods(tmp_path):
+    cached = CachedBackend(CountingBackend(), tmp_path, "w")
+    assert cached.chat_template() == "T"
+    assert cached.apply_chat_template([]) == "rendered"
+    assert cached.tokenize("abcd") == [4]
+    assert cached.calls == []  # attribute pass-through to the wrapped backend
+
+
+def _fill(cache_dir, prompts):
+    cached = CachedBackend(CountingBackend(), cache_dir, "w")
+    cached.complete(prompts, SamplingParams())
+    cached.close()
+
+
+def test_processes_share_one_cache_directory(tmp_path):
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_fill, args=(tmp_path, [f"p{i}-{k}" for k in range(20)]))
+             for i in range(2)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    inner = CountingBackend()
+    cached = CachedBackend(inner, tmp_path, "w")
+    cached.complete([f"p{i}-{k}" for i in range(2) for k in range(20)], SamplingParams())
+    assert inner.calls == [] and cached.cache_stats() == {"hits": 40, "misses": 0}
