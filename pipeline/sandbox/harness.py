@@ -1,8 +1,11 @@
 """Trusted job server that runs inside the sandbox (stdlib only; never imports ``pipeline``).
 
-Started as ``python -I -S harness.py CONFIG_JSON`` inside bubblewrap as a non-root uid. It reads
-length-prefixed JSON jobs on stdin and writes one JSON verdict per job on its own descriptor
-(``verdict_fd``); stdout of the untrusted code never reaches the supervisor as a verdict.
+Started as ``python -I -S harness.py CONFIG_HEX`` inside bubblewrap; as root it first drops to
+the slot's uid. It reads length-prefixed jobs on stdin (``marshal``: they come from the trusted
+host) and writes one verdict per job on its own descriptor (``verdict_fd``) in a flat text format
+the host can parse safely; stdout of the untrusted code never reaches the supervisor as a verdict.
+No ``json`` and no ``signal`` here: they import ``re``/``enum`` and would add milliseconds to
+every per-exec sandbox start.
 
 Per job (isolated mode) it forks C1, which unshares a fresh user, pid, mount, ipc and uts
 namespace, mounts size-limited tmpfs on /work and /tmp, and forks C2 = pid 1 of the new pid
@@ -17,13 +20,11 @@ other process of the sandbox (``kill(-1)``) and reaps them, so the next job star
 import binascii
 import builtins
 import ctypes
-import json
 import marshal
 import operator
 import os
 import resource
 import select
-import signal
 import struct
 import sys
 import time
@@ -39,7 +40,8 @@ _PLAIN_CONTAINERS = frozenset([list, tuple, set, frozenset, dict])
 # Captured before any untrusted code runs: a solution may rebind the names, not these objects.
 _AssertionError, _BaseException, _SystemExit, _MemoryError = (
     AssertionError, BaseException, SystemExit, MemoryError)
-_write, _exit, _dumps, _type = os.write, os._exit, json.dumps, type
+_write, _exit, _b64, _type = os.write, os._exit, binascii.b2a_base64, type
+_SIGKILL = 9
 
 
 def _check(ret, what):
@@ -62,11 +64,44 @@ def read_frame(fd):
     head = _read_exact(fd, 4)
     if head is None:
         return None
-    return json.loads(_read_exact(fd, struct.unpack(">I", head)[0]))
+    return marshal.loads(_read_exact(fd, struct.unpack(">I", head)[0]))
 
 
-def write_frame(fd, obj):
-    data = json.dumps(obj).encode()
+def _field(value):
+    return _b64(str(value).encode("utf-8", "replace"), newline=False)
+
+
+def encode_verdict(verdict):
+    """Flat ``key tag base64`` lines; nested dicts become ``outer.inner`` keys."""
+    out = []
+    for key, value in verdict.items():
+        if isinstance(value, dict):
+            out += [b"%s.%s\ts\t%s" % (key.encode(), k.encode(), _field(v)) for k, v in value.items()]
+        elif value is not None:
+            tag = {bool: b"b", int: b"i", float: b"f"}.get(_type(value), b"s")
+            out.append(b"%s\t%s\t%s" % (key.encode(), tag, _field(int(value) if tag == b"b" else value)))
+    return b"\n".join(out)
+
+
+def decode_verdict(data):
+    """The inverse of ``encode_verdict`` (used on the host: never ``marshal`` from a sandbox)."""
+    verdict = {}
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        key, tag, payload = line.split(b"\t")
+        text = binascii.a2b_base64(payload).decode("utf-8", "replace")
+        value = {b"b": lambda t: t == "1", b"i": int, b"f": float, b"s": str}[tag](text)
+        outer, _, inner = key.decode().partition(".")
+        if inner:
+            verdict.setdefault(outer, {})[inner] = value
+        else:
+            verdict[outer] = value
+    return verdict
+
+
+def write_frame(fd, verdict):
+    data = encode_verdict(verdict)
     os.write(fd, struct.pack(">I", len(data)) + data)
 
 
@@ -80,9 +115,9 @@ class _Job:
     reason = ""
 
 
-def _emit(**event):
-    event["n"] = _Job.nonce
-    _write(_Job.ev_fd, (_dumps(event) + "\n").encode())
+def _emit(kind, *fields):
+    """One event line: nonce, kind, base64 fields (no json, see the module docstring)."""
+    _write(_Job.ev_fd, b"\t".join([_Job.nonce, kind] + [_field(f) for f in fields]) + b"\n")
 
 
 def _is_plain(value):
@@ -133,7 +168,7 @@ def _af_cmp(ops, *operands):
 
 def _af_assert(value):
     if value:
-        _emit(e="ok")
+        _emit(b"ok")
     return value
 
 
@@ -169,7 +204,7 @@ def _report(exc, phase, sources):
     except _BaseException:
         text = "<unprintable>"
     msg = "\n".join(frames + ["%s: %s" % (name, text[:500])])
-    _emit(e="exc", phase=phase, kind=kind, name=name, msg=msg[:2000])
+    _emit(b"exc", phase, kind, name, msg[:2000])
 
 
 def run_job(job, cfg):
@@ -180,7 +215,7 @@ def run_job(job, cfg):
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         _report(exc, "compile", sources)
         _exit(0)
-    chunks = [(kind, marshal.loads(binascii.a2b_base64(code))) for kind, code in job["chunks"]]
+    chunks = [(kind, marshal.loads(code)) for kind, code in job["chunks"]]
     snapshots = [(builtins, dict(vars(builtins)))]
     if any("unittest" in line for line in job["lines"]):
         import unittest  # noqa: F401 - imported before the solution so its TestCase is restorable
@@ -193,7 +228,7 @@ def run_job(job, cfg):
     sys.modules["__main__"] = main_module
     namespace = main_module.__dict__
     namespace["__builtins__"] = builtins
-    _emit(e="start")
+    _emit(b"start")
     try:
         exec(solution, namespace)
     except _BaseException as exc:  # noqa: BLE001 - every way out of the solution is a verdict
@@ -213,7 +248,7 @@ def run_job(job, cfg):
             if kind != "assert" or isinstance(exc, (_SystemExit, _MemoryError)):
                 break
     else:
-        _emit(e="done")
+        _emit(b"done")
     _flush_and_exit()
 
 
@@ -248,7 +283,7 @@ def _prepare_c2(job, cfg, fds):
     ev_w, out_w, err_w = fds
     os.setsid()  # kill(0, ...) by the job must not reach the server's process group
     if cfg["isolated"]:
-        _check(_libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0), "pdeathsig")
+        _check(_libc.prctl(_PR_SET_PDEATHSIG, _SIGKILL, 0, 0, 0), "pdeathsig")
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
         data = (ctypes.c_uint32 * 6)()
         _check(_libc.capset(header, data), "capset")
@@ -325,9 +360,8 @@ def _child(job, cfg, fds):
             run_job(job, cfg)
     except _BaseException as exc:  # noqa: BLE001 - setup failure is a sandbox error
         try:
-            _write(fds[0], (_dumps({"e": "setup", "n": job["nonce"],
-                                   "msg": "%s: %s" % (_type(exc).__name__, exc)})
-                            + "\n").encode())
+            _Job.ev_fd, _Job.nonce = fds[0], job["nonce"]
+            _emit(b"setup", "%s: %s" % (_type(exc).__name__, exc))
         finally:
             _exit(70)
 
@@ -351,13 +385,13 @@ class _Tail:
 def _kill_all(cfg, pid):
     if cfg["isolated"]:
         try:
-            os.kill(-1, signal.SIGKILL)  # every process of the sandbox but pid 1 and this server
+            os.kill(-1, _SIGKILL)  # every process of the sandbox but pid 1 and this server
         except ProcessLookupError:
             pass
     else:
         for target in (-pid, pid):
             try:
-                os.kill(target, signal.SIGKILL)
+                os.kill(target, _SIGKILL)
             except ProcessLookupError:
                 pass
 
@@ -391,7 +425,7 @@ def _reap(cfg, pid, status):
 def serve_job(job, cfg):
     """Run one job in a child and supervise it; returns the verdict dict."""
     start = time.monotonic()
-    nonce = job["nonce"] = binascii.hexlify(os.urandom(12)).decode()
+    nonce = job["nonce"] = binascii.hexlify(os.urandom(12))
     ev_r, ev_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
@@ -447,22 +481,25 @@ def serve_job(job, cfg):
     summary = {"ok": 0, "failed": 0, "first_failure": None, "first_error": None, "done": False,
                "started": False, "setup": None}
     for line in events:
+        parts = line.split(b"\t")
+        if parts[0] != nonce or len(parts) < 2:
+            continue  # not written by the harness code of this job
+        kind = parts[1]
         try:
-            ev = json.loads(line)
-        except ValueError:
+            fields = [binascii.a2b_base64(f).decode("utf-8", "replace") for f in parts[2:]]
+        except binascii.Error:
             continue
-        kind = ev.get("e") if isinstance(ev, dict) and ev.get("n") == nonce else None
-        if kind == "ok":
+        if kind == b"ok":
             summary["ok"] += 1
-        elif kind == "exc":
-            is_failure = ev.get("kind") == "assertion"
-            summary["failed"] += ev.get("phase") == "tests"
-            key = "first_failure" if is_failure else "first_error"
-            summary[key] = summary[key] or {k: str(ev.get(k)) for k in ("phase", "kind", "name", "msg")}
-        elif kind in ("done", "start"):
-            summary["done" if kind == "done" else "started"] = True
-        elif kind == "setup":
-            summary["setup"] = str(ev.get("msg"))
+        elif kind == b"exc" and len(fields) == 4:
+            ev = dict(zip(("phase", "kind", "name", "msg"), fields))
+            summary["failed"] += ev["phase"] == "tests"
+            key = "first_failure" if ev["kind"] == "assertion" else "first_error"
+            summary[key] = summary[key] or ev
+        elif kind in (b"done", b"start"):
+            summary["done" if kind == b"done" else "started"] = True
+        elif kind == b"setup" and fields:
+            summary["setup"] = fields[0]
     code = os.waitstatus_to_exitcode(status)
     summary.update(reason=reason, exit_code=code if code >= 0 else 128 - code,
                    stdout=tails[out_r].text(), stderr=tails[err_r].text(),
@@ -470,8 +507,18 @@ def serve_job(job, cfg):
     return summary
 
 
+def _drop_to(uid):
+    """Started as root by a privileged bubblewrap: become the slot's uid, for good."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)  # clears every capability: the ids are all non-zero now
+    _check(_libc.prctl(_PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
 def main(argv):
-    cfg = json.loads(argv[1])
+    cfg = marshal.loads(binascii.unhexlify(argv[1]))
+    if cfg["uid"] is not None:
+        _drop_to(cfg["uid"])
     if cfg["isolated"]:
         # Non-dumpable: a job cannot open /proc/<server>/mem even with the same uid.
         _check(_libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0), "dumpable")

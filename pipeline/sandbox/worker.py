@@ -7,8 +7,8 @@ that forked bubblewrap exits, not the process.
 
 from __future__ import annotations
 
-import binascii
 import json
+import marshal
 import os
 import select
 import shutil
@@ -21,6 +21,7 @@ from dataclasses import dataclass
 
 from pipeline.sandbox import launcher
 from pipeline.sandbox.cgroups import SlotCgroup
+from pipeline.sandbox.harness import decode_verdict
 from pipeline.sandbox.config import SandboxConfig
 from pipeline.sandbox.prepare import PreparedTests
 from pipeline.sandbox.result import MODE_DEGRADED, MODE_PER_EXEC, TIMEOUT, ExecResult, Job
@@ -48,7 +49,7 @@ def _read_frame(fd: int, deadline: float) -> dict | None:
         buf += part
         if not header_done and len(buf) == 4:
             need, buf, header_done = struct.unpack(">I", buf)[0], b"", True
-    return json.loads(buf)
+    return decode_verdict(buf)
 
 
 @dataclass
@@ -97,10 +98,11 @@ class SandboxWorker:
             isolated=isolated, verdict_fd=verdict_w, max_jobs=max_jobs, cfg=self.cfg,
             seccomp_hex=self._seccomp_hex,
             work_dir=launcher.WORK_DIR if isolated else self._workdir,
-            preload=launcher.PRELOAD if max_jobs > 1 else ())
+            preload=launcher.PRELOAD if max_jobs > 1 else (),
+            uid=self.slot.uid if isolated and os.geteuid() == 0 else None)
         if isolated:
             procs = self.cgroup.procs_files if self.cgroup else ()
-            argv = launcher.sandbox_command(self.slot.uid, hcfg, info_w, self.cfg, procs)
+            argv = launcher.sandbox_command(hcfg, info_w, self.cfg, procs)
         else:
             argv = launcher.degraded_command(hcfg)
         self._stderr.seek(0)
@@ -176,11 +178,10 @@ class SandboxWorker:
             self._close(self._server)  # died while idle (recycled by the harness, OOM...)
         self.start()
         server = self._server
-        frame = json.dumps({
-            "solution": job.solution, "lines": list(tests.lines), "timeout_s": timeout_s,
-            "memory_mb": memory_mb,
-            "chunks": [[c.kind, binascii.b2a_base64(c.code).decode()] for c in tests.chunks],
-        }).encode()
+        frame = marshal.dumps({
+            "solution": job.solution, "lines": list(tests.lines), "timeout_s": float(timeout_s),
+            "memory_mb": int(memory_mb), "chunks": [(c.kind, c.code) for c in tests.chunks],
+        })
         try:
             os.write(server.ctl_w, struct.pack(">I", len(frame)))
             _write_all(server.ctl_w, frame)

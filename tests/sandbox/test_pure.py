@@ -93,3 +93,13 @@ def test_self_check_names_what_is_missing_and_how_to_install(monkeypatch):
     monkeypatch.setattr(checks.shutil, "which", lambda name: None)
     problems = checks._static_problems()
     assert any("bubblewrap" in p and "apt-get install bubblewrap" in p for p in problems)
+
+
+def test_verdict_codec_roundtrip_and_rejects_nothing_silently():
+    from pipeline.sandbox.harness import decode_verdict, encode_verdict
+
+    verdict = {"ok": 3, "done": True, "started": False, "duration_s": 0.25, "setup": None,
+               "stdout": "tab\there\nnew line \u00e9 \"quoted\"",
+               "first_error": {"phase": "tests", "kind": "runtime", "name": "KeyError", "msg": "x\ny"}}
+    decoded = decode_verdict(encode_verdict(verdict))
+    assert decoded == {k: v for k, v in verdict.items() if v is not None}
