@@ -10,8 +10,8 @@ can be built inside a Ray worker.
 
 Layers, and what each one protects against:
 
-* **A non-root uid per worker slot** (``uid_base + slot``, dropped with ``setpriv``; slots are
-  locked across processes). ``RLIMIT_NPROC`` is ignored for root, so a fork bomb is only
+* **A non-root uid per worker slot** (``uid_base + slot``; the harness drops root with
+  ``setresuid`` before anything else; slots are locked across processes). ``RLIMIT_NPROC`` is ignored for root, so a fork bomb is only
   capped for a real non-root uid; the uid also owns nothing on the host.
 * **bubblewrap namespaces** (pid, net, ipc, uts, mount, cgroup): no network at all (not even the
   host's loopback), no view of host processes, a read-only ``/usr`` and interpreter prefix, no
@@ -57,7 +57,15 @@ from pipeline.sandbox.checks import self_check
 from pipeline.sandbox.config import SandboxConfig
 from pipeline.sandbox.pool import SandboxPool, SandboxUnavailable
 from pipeline.sandbox.result import (
-    ERROR, FAILED, MEMORY, OUTPUT_LIMIT, PASSED, STATUSES, TIMEOUT, ExecResult, Job,
+    ERROR,
+    FAILED,
+    MEMORY,
+    OUTPUT_LIMIT,
+    PASSED,
+    STATUSES,
+    TIMEOUT,
+    ExecResult,
+    Job,
 )
 
 __all__ = [

@@ -16,9 +16,6 @@ def _static_problems() -> list[str]:
         return [f"platform: the sandbox needs Linux namespaces, this is {sys.platform}"]
     if shutil.which("bwrap") is None:
         problems.append("bubblewrap: `bwrap` not found; install with `apt-get install bubblewrap`")
-    if os.geteuid() == 0 and shutil.which("setpriv") is None:
-        problems.append("non-root uid: `setpriv` not found to drop root to a worker uid; install "
-                        "with `apt-get install util-linux`")
     if not os.path.exists("/proc/self/ns/user"):
         problems.append("namespaces: kernel without user namespaces (CONFIG_USER_NS)")
     try:
@@ -50,9 +47,9 @@ def _probe(cfg) -> list[str]:
         result = worker.run(Job("import os\nuid = os.getuid()", "assert uid != 0", timeout_s=10),
                             prepare_tests("assert uid != 0"))
     except SandboxStartError as exc:
-        return [f"namespaces: bubblewrap could not start a sandbox: {exc}. User namespaces must "
-                "be allowed (sysctl kernel.unprivileged_userns_clone=1 on Debian/Ubuntu, "
-                "user.max_user_namespaces > 0; AppArmor may need an exception for bwrap)"]
+        return [(f"namespaces: bubblewrap could not start a sandbox: {exc}. User namespaces must "
+                 "be allowed (sysctl kernel.unprivileged_userns_clone=1 on Debian/Ubuntu, "
+                 "user.max_user_namespaces > 0; AppArmor may need an exception for bwrap)")]
     finally:
         worker.close()
         slot.release()
@@ -66,8 +63,8 @@ def _probe(cfg) -> list[str]:
 def self_check(cfg=None) -> list[str]:
     """Problems that prevent isolated execution; empty when every layer works.
 
-    Checks bubblewrap, a non-root uid, user/pid/mount namespaces (by running one probe job in a
-    real sandbox) and seccomp. Each problem names what is missing and how to install it.
+    Checks bubblewrap, seccomp, and (by running one probe job in a real sandbox) user/pid/mount
+    namespaces and that the job runs as a non-root uid. Each problem names what is missing and how to install it.
     """
     from pipeline.sandbox.config import SandboxConfig
 

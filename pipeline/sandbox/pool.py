@@ -10,12 +10,19 @@ import logging
 import queue
 import threading
 from collections.abc import Sequence
+from typing import Self
 
 from pipeline.sandbox import cgroups, checks, launcher, seccomp_filter
 from pipeline.sandbox.config import SandboxConfig
 from pipeline.sandbox.prepare import prepare_tests
 from pipeline.sandbox.result import (
-    ERR_SANDBOX, ERR_SYNTAX, ERROR, MODE_DEGRADED, MODE_FORKSERVER, ExecResult, Job,
+    ERR_SANDBOX,
+    ERR_SYNTAX,
+    ERROR,
+    MODE_DEGRADED,
+    MODE_FORKSERVER,
+    ExecResult,
+    Job,
 )
 from pipeline.sandbox.worker import SandboxWorker
 
@@ -97,7 +104,7 @@ class SandboxPool:
             index, job, prepared, out = item
             try:
                 result = worker.run(job, prepared)
-            except Exception as exc:  # noqa: BLE001 - a broken sandbox is a result, not a crash
+            except Exception as exc:
                 log.exception("sandbox worker failed")
                 result = ExecResult(status=ERROR, error_type=ERR_SANDBOX,
                                     error_name=type(exc).__name__, error_message=str(exc)[:2000],
@@ -151,7 +158,7 @@ class SandboxPool:
         for slot in self._slots:
             slot.release()
 
-    def __enter__(self) -> SandboxPool:
+    def __enter__(self) -> Self:
         return self
 
     def __exit__(self, *exc_info) -> None:

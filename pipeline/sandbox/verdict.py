@@ -11,8 +11,21 @@ import signal
 from typing import Any
 
 from pipeline.sandbox.result import (
-    ERR_ASSERTION, ERR_EXIT, ERR_MEMORY, ERR_OUTPUT, ERR_RUNTIME, ERR_SANDBOX, ERR_SYNTAX,
-    ERR_TIMEOUT, ERROR, FAILED, MEMORY, OUTPUT_LIMIT, PASSED, TIMEOUT, ExecResult,
+    ERR_ASSERTION,
+    ERR_EXIT,
+    ERR_MEMORY,
+    ERR_OUTPUT,
+    ERR_RUNTIME,
+    ERR_SANDBOX,
+    ERR_SYNTAX,
+    ERR_TIMEOUT,
+    ERROR,
+    FAILED,
+    MEMORY,
+    OUTPUT_LIMIT,
+    PASSED,
+    TIMEOUT,
+    ExecResult,
 )
 
 _CPU_LIMIT_EXIT = 128 + signal.SIGXCPU

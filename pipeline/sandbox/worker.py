@@ -21,8 +21,8 @@ from dataclasses import dataclass
 
 from pipeline.sandbox import launcher
 from pipeline.sandbox.cgroups import SlotCgroup
-from pipeline.sandbox.harness import decode_verdict
 from pipeline.sandbox.config import SandboxConfig
+from pipeline.sandbox.harness import decode_verdict
 from pipeline.sandbox.prepare import PreparedTests
 from pipeline.sandbox.result import MODE_DEGRADED, MODE_PER_EXEC, TIMEOUT, ExecResult, Job
 from pipeline.sandbox.verdict import sandbox_error, to_result
@@ -69,7 +69,7 @@ class SandboxWorker:
         self.cfg, self.mode, self.slot, self.cgroup = cfg, mode, slot, cgroup
         self._seccomp_hex = seccomp_hex
         self._server: _Server | None = None
-        self._stderr = tempfile.TemporaryFile()
+        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
         self._workdir = tempfile.mkdtemp(prefix="arenaforge-sbx-") if mode == MODE_DEGRADED else None
         layers = ["rlimit_as", "rlimit_cpu", "rlimit_nproc", "rlimit_fsize", "rlimit_nofile"]
         if seccomp_hex:

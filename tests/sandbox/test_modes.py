@@ -7,8 +7,19 @@ import pytest
 from conftest import UID_BASE, requires_isolation
 
 from pipeline.sandbox import (
-    ERROR, FAILED, MEMORY, PASSED, TIMEOUT, Job, SandboxConfig, SandboxPool, SandboxUnavailable,
-    pool as pool_module, run_tests,
+    ERROR,
+    FAILED,
+    MEMORY,
+    PASSED,
+    TIMEOUT,
+    Job,
+    SandboxConfig,
+    SandboxPool,
+    SandboxUnavailable,
+    run_tests,
+)
+from pipeline.sandbox import (
+    pool as pool_module,
 )
 
 HUMANEVAL_SOLUTION = '''

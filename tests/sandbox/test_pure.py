@@ -20,7 +20,7 @@ def _run(tests: str, namespace: dict) -> None:
         return all(table[op](vals[i], vals[i + 1]) for i, op in enumerate(ops))
     namespace.update(__af_cmp=cmp, __af_plain=lambda v: v, __af_assert=lambda v: v)
     for chunk in prepare_tests(tests).chunks:
-        exec(marshal.loads(chunk.code), namespace)
+        exec(marshal.loads(chunk.code), namespace)  # noqa: S102
 
 
 def test_prepare_splits_top_level_asserts():
@@ -38,7 +38,7 @@ def test_prepare_keeps_line_numbers_for_tracebacks():
             code = marshal.loads(chunk.code)
             ns.update(__af_cmp=lambda ops, a, b: a == b, __af_plain=lambda v: v,
                       __af_assert=lambda v: v)
-            exec(code, ns)
+            exec(code, ns)  # noqa: S102
     tb = info.tb
     while tb.tb_next:
         tb = tb.tb_next
