@@ -135,10 +135,10 @@ def render_card(info: CardInfo, model_spec: Callable[[str], Any] | None = None) 
     header = yaml.safe_dump(card_metadata(info), sort_keys=False, allow_unicode=True)
     total = sum(info.split_sizes.values())
     lines = [f"---\n{header}---", f"# {info.name}", "",
-             "Supervised fine-tuning data for code, distilled from open code LLMs by "
+             ("Supervised fine-tuning data for code, distilled from open code LLMs by "
              "arenaforge: instructions were mined, deduplicated, decontaminated, answered by "
              "several experts, judged in pairwise battles and executed against tests; each "
-             "instruction keeps one selected answer.", "",
+             "instruction keeps one selected answer."), "",
              f"- run: `{info.run_id}`, config hash `{info.config_hash}`",
              f"- rows: {total} ({', '.join(f'{s}: {n}' for s, n in info.split_sizes.items())})",
              f"- verified (answer passed its tests): {info.verified} of {total}", "",
@@ -149,8 +149,8 @@ def render_card(info: CardInfo, model_spec: Callable[[str], Any] | None = None) 
         lines.append(f"| {step['stage']} | {step.get('rows_in', '')} | {step['kept']} "
                      f"| {reasons or '-'} |")
     lines += ["", "## Models and their licenses", "",
-              "The data contains outputs of these models; their licenses may restrict how "
-              "the data and models trained on it can be used.", "",
+              ("The data contains outputs of these models; their licenses may restrict how "
+              "the data and models trained on it can be used."), "",
               "| model | rows contributed | license |", "|---|---:|---|"]
     for model in info.models:
         spec = _lookup(model_spec, model)

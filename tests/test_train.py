@@ -60,7 +60,7 @@ def test_overrides_apply_dotted_values_as_yaml(tmp_path):
 
 
 def test_trl_passthrough_is_checked_by_sftconfig(tmp_path):
-    base = dict(model="m", datasets=["d"], output_dir=str(tmp_path / "o"))
+    base = {"model": "m", "datasets": ["d"], "output_dir": str(tmp_path / "o")}
     args = _sft_args(TrainConfig(**base, max_length=64, trl={"dataloader_num_workers": 1}),
                      has_eval=False)
     assert args.max_length == 64 and args.dataloader_num_workers == 1 and args.report_to == []

@@ -67,18 +67,18 @@ def load_sft_dataset(refs: list[str], split: str = "train", only_verified: bool 
 def _sft_args(cfg: TrainConfig, has_eval: bool) -> Any:
     from trl import SFTConfig
 
-    args = dict(
-        output_dir=str(cfg.output_dir), seed=cfg.seed, max_length=cfg.max_length,
-        max_steps=cfg.max_steps, num_train_epochs=cfg.num_train_epochs,
-        per_device_train_batch_size=cfg.per_device_train_batch_size,
-        gradient_accumulation_steps=cfg.gradient_accumulation_steps,
-        learning_rate=cfg.learning_rate, lr_scheduler_type=cfg.lr_scheduler_type,
-        warmup_steps=cfg.warmup_steps, weight_decay=cfg.weight_decay, packing=cfg.packing,
-        assistant_only_loss=cfg.assistant_only_loss, bf16=cfg.bf16,
-        logging_steps=cfg.logging_steps,
-        save_strategy=cfg.save_strategy, eval_strategy="epoch" if has_eval else "no",
-        report_to="none",
-    )
+    args = {
+        "output_dir": str(cfg.output_dir), "seed": cfg.seed, "max_length": cfg.max_length,
+        "max_steps": cfg.max_steps, "num_train_epochs": cfg.num_train_epochs,
+        "per_device_train_batch_size": cfg.per_device_train_batch_size,
+        "gradient_accumulation_steps": cfg.gradient_accumulation_steps,
+        "learning_rate": cfg.learning_rate, "lr_scheduler_type": cfg.lr_scheduler_type,
+        "warmup_steps": cfg.warmup_steps, "weight_decay": cfg.weight_decay, "packing": cfg.packing,
+        "assistant_only_loss": cfg.assistant_only_loss, "bf16": cfg.bf16,
+        "logging_steps": cfg.logging_steps,
+        "save_strategy": cfg.save_strategy, "eval_strategy": "epoch" if has_eval else "no",
+        "report_to": "none",
+    }
     # transformers 5.2x renamed gradient_checkpointing (still TRL's documented name, and ours)
     # to activation_checkpointing; the old name only warns, the new one is absent before.
     renamed = "activation_checkpointing" in SFTConfig.__dataclass_fields__
