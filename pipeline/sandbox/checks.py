@@ -41,6 +41,7 @@ def _probe(cfg) -> list[str]:
     from pipeline.sandbox.result import MODE_PER_EXEC, Job
     from pipeline.sandbox.worker import SandboxStartError, SandboxWorker
 
+    launcher.compile_harness()
     slot = launcher.acquire_slots(1, cfg.uid_base)[0]
     worker = SandboxWorker(cfg, MODE_PER_EXEC, slot, None, seccomp_filter.build_bpf_hex())
     try:

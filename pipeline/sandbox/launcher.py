@@ -8,6 +8,7 @@ user namespace and the harness keeps that user's uid.
 
 from __future__ import annotations
 
+import compileall
 import fcntl
 import marshal
 import os
@@ -18,8 +19,9 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-HARNESS_HOST_PATH = Path(__file__).with_name("harness.py")
-HARNESS_PATH = "/opt/arenaforge/harness.py"
+HARNESS_HOST_DIR = Path(__file__).with_name("inside")
+HARNESS_DIR = "/opt/arenaforge"
+HARNESS_ENTRY = "run.py"
 WORK_DIR = "/work"
 SLOT_LIMIT = 1024
 # Modules a fork-server imports once so that jobs importing them start fast.
@@ -137,11 +139,11 @@ def sandbox_command(harness_cfg: str, info_fd: int, cfg,
              "--info-fd", str(info_fd), *_root_layout()]
     for path in _python_dirs():
         args += [*_mkdirs(path), "--ro-bind", path, path]
-    args += [*_mkdirs(HARNESS_PATH), "--ro-bind", str(HARNESS_HOST_PATH), HARNESS_PATH,
+    args += [*_mkdirs(HARNESS_DIR), "--ro-bind", str(HARNESS_HOST_DIR), HARNESS_DIR,
              "--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", work_bytes, "--tmpfs", "/tmp",
              "--perms", "1777", "--size", work_bytes, "--tmpfs", WORK_DIR, "--chdir", WORK_DIR]
-    args += [python, "-I", "-S", HARNESS_PATH, harness_cfg]
+    args += [python, "-I", "-S", f"{HARNESS_DIR}/{HARNESS_ENTRY}", harness_cfg]
     if cgroup_procs:
         args = ["/bin/sh", "-c", _CGROUP_SH, "sh", str(len(cgroup_procs)), *cgroup_procs, *args]
     return args
@@ -149,4 +151,9 @@ def sandbox_command(harness_cfg: str, info_fd: int, cfg,
 
 def degraded_command(harness_cfg: str) -> list[str]:
     """argv of the harness without namespaces or uid drop (mode ``degraded`` only)."""
-    return [sys.executable, "-I", "-S", str(HARNESS_HOST_PATH), harness_cfg]
+    return [sys.executable, "-I", "-S", str(HARNESS_HOST_DIR / HARNESS_ENTRY), harness_cfg]
+
+
+def compile_harness() -> None:
+    """Byte-compile the harness modules on the host: the sandbox's read-only bind cannot."""
+    compileall.compile_dir(HARNESS_HOST_DIR, quiet=1)

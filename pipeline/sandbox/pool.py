@@ -60,6 +60,7 @@ class SandboxPool:
     def __init__(self, cfg: SandboxConfig, mode: str):
         self.cfg, self.mode = cfg, mode
         self._queue: queue.Queue = queue.Queue()
+        launcher.compile_harness()
         self._slots = launcher.acquire_slots(cfg.workers, cfg.uid_base)
         bpf = seccomp_filter.build_bpf_hex() if seccomp_filter.available() is None else ""
         use_cgroups = mode != MODE_DEGRADED and cgroups.unavailable_reason() is None

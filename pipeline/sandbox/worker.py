@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pipeline.sandbox import launcher
 from pipeline.sandbox.cgroups import SlotCgroup
 from pipeline.sandbox.config import SandboxConfig
-from pipeline.sandbox.harness import decode_verdict
+from pipeline.sandbox.inside.wire import decode_verdict
 from pipeline.sandbox.prepare import PreparedTests
 from pipeline.sandbox.result import MODE_DEGRADED, MODE_PER_EXEC, TIMEOUT, ExecResult, Job
 from pipeline.sandbox.verdict import sandbox_error, to_result

@@ -99,7 +99,7 @@ def test_fd_exhaustion(sandbox):
 def test_write_outside_the_work_dir(sandbox, host_victim):
     target = host_victim.parent / "planted.txt"
     src = (f"import os\nfor p in ({str(target)!r}, '/usr/planted', '/etc/planted', "
-           "'/root/planted', '/opt/arenaforge/harness.py'):\n"
+           "'/root/planted', '/opt/arenaforge/server.py'):\n"
            "    try:\n        os.makedirs(os.path.dirname(p), exist_ok=True)\n"
            "        open(p, 'w').write('pwned')\n    except OSError:\n        pass\n"
            f"open({str(host_victim)!r}, 'w').write('pwned') if os.path.exists({str(host_victim)!r}) else None\n")
@@ -107,7 +107,7 @@ def test_write_outside_the_work_dir(sandbox, host_victim):
     assert r.status in (FAILED, ERROR)
     assert not target.exists() and host_victim.read_text() == "precious"
     assert not Path("/usr/planted").exists() and not Path("/etc/planted").exists()
-    assert "pwned" not in Path(__file__).parents[2].joinpath("pipeline/sandbox/harness.py").read_text()
+    assert "pwned" not in Path(__file__).parents[2].joinpath("pipeline/sandbox/inside/server.py").read_text()
     _assert_clean(sandbox)
 
 

@@ -18,15 +18,15 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def _sandbox_processes(uids) -> list[int]:
-    """Host processes of the uids, plus root bubblewrap processes started for them."""
+    """Host processes of the uids, plus the root bubblewrap processes in their slot cgroups."""
     pids = [pid for pid, _ in processes_of_uids(uids)]
     for entry in Path("/proc").iterdir():
         if entry.name.isdigit():
             try:
-                argv = (entry / "cmdline").read_bytes().split(b"\0")
+                cgroups = (entry / "cgroup").read_text()
             except OSError:
                 continue
-            if any(f"--reuid={u}".encode() in argv for u in uids):
+            if any(f"/arenaforge/uid-{u}\n" in cgroups for u in uids):
                 pids.append(int(entry.name))
     return pids
 

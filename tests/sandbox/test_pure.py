@@ -96,7 +96,7 @@ def test_self_check_names_what_is_missing_and_how_to_install(monkeypatch):
 
 
 def test_verdict_codec_roundtrip_and_rejects_nothing_silently():
-    from pipeline.sandbox.harness import decode_verdict, encode_verdict
+    from pipeline.sandbox.inside.wire import decode_verdict, encode_verdict
 
     verdict = {"ok": 3, "done": True, "started": False, "duration_s": 0.25, "setup": None,
                "stdout": "tab\there\nnew line \u00e9 \"quoted\"",

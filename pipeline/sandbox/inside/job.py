@@ -1,0 +1,305 @@
+"""The job side of the harness: C1 (namespaces) and C2 (limits, then the untrusted code).
+
+Per job (isolated mode) the server forks C1, which unshares a fresh user, pid, mount, ipc and uts
+namespace, mounts size-limited tmpfs on /work and /tmp, and forks C2 = pid 1 of the new pid
+namespace. C2 drops every capability (it keeps the sandbox's /proc: bubblewrap's read-only
+sub-mounts make a fresh proc mount impossible, and the server is non-dumpable), sets rlimits,
+``no_new_privs`` and the seccomp filter, then runs the solution and the tests. When C2 ends the
+kernel kills everything in its namespace (setsid daemons included) and its files vanish with its
+mount namespace; the job cannot see or signal the fork server.
+"""
+
+import binascii
+import builtins
+import ctypes
+import marshal
+import operator
+import os
+import resource
+import struct
+import sys
+import types
+
+from wire import field
+
+libc = ctypes.CDLL(None, use_errno=True)
+_CLONE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000  # NS UTS IPC USER PID
+PR_SET_PDEATHSIG, PR_SET_DUMPABLE, _PR_SET_SECCOMP = 1, 4, 22
+PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
+_MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+_PLAIN_SCALARS = frozenset([bool, int, float, complex, str, bytes, type(None)])
+_PLAIN_CONTAINERS = frozenset([list, tuple, set, frozenset, dict])
+# Captured before any untrusted code runs: a solution may rebind the names, not these objects.
+_AssertionError, _BaseException, _SystemExit, _MemoryError = (
+    AssertionError, BaseException, SystemExit, MemoryError)
+_write, _exit, _type = os.write, os._exit, type
+SIGKILL = 9
+
+
+def check(ret, what):
+    if ret != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"{what}: {os.strerror(err)}")
+
+
+class _Job:
+    """State of the running job, reached by the helpers the rewritten asserts call."""
+
+    ev_fd = -1
+    nonce = ""  # events without it are ignored: a bare write to the channel cannot forge a pass
+    reason = ""
+
+
+def _emit(kind, *fields):
+    """One event line: nonce, kind, base64 fields (no json, see the module docstring)."""
+    _write(_Job.ev_fd, b"\t".join([_Job.nonce, kind] + [field(f) for f in fields]) + b"\n")
+
+
+def _is_plain(value):
+    """True when the value is built only from exact builtin types (no subclasses, no user types)."""
+    stack, seen = [value], set()
+    while stack:
+        v = stack.pop()
+        t = _type(v)
+        if t in _PLAIN_SCALARS:
+            continue
+        if t not in _PLAIN_CONTAINERS:
+            _Job.reason = f"non-builtin value of type {t.__module__}.{t.__qualname__}"
+            return False
+        if id(v) in seen:  # self-referencing containers
+            continue
+        seen.add(id(v))
+        if t is dict:
+            stack.extend(dict.keys(v))
+            stack.extend(dict.values(v))
+        else:
+            stack.extend(v)
+    return True
+
+
+def _af_plain(value):
+    if not _is_plain(value):
+        raise _AssertionError(_Job.reason)
+    return value
+
+
+_COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operator.le,
+            ">": operator.gt, ">=": operator.ge, "in": lambda a, b: a in b,
+            "not in": lambda a, b: a not in b, "is": operator.is_, "is not": operator.is_not}
+
+
+def _af_cmp(ops, *operands):
+    for i, op in enumerate(ops):
+        left, right = operands[i], operands[i + 1]
+        if op not in ("is", "is not") and not (_is_plain(left) and _is_plain(right)):
+            raise _AssertionError("comparison refused: " + _Job.reason)
+        result = _COMPARE[op](left, right)
+        if _type(result) is not bool:
+            raise _AssertionError("comparison returned a non-bool")
+        if not result:
+            return False
+    return True
+
+
+def _af_assert(value):
+    if value:
+        _emit(b"ok")
+    return value
+
+
+def _frames(tb, sources):
+    """The traceback lines that point into the solution or the tests, innermost last."""
+    out = []
+    while tb is not None:
+        code = tb.tb_frame.f_code
+        lines = sources.get(code.co_filename)
+        if lines is not None:
+            n = tb.tb_lineno
+            text = lines[n - 1].strip() if 0 < n <= len(lines) else ""
+            out.append(f"{code.co_filename} line {n}, in {code.co_name}: {text}")
+        tb = tb.tb_next
+    return out
+
+
+def _report(exc, phase, sources):
+    name = _type(exc).__name__
+    if phase == "compile":
+        kind = "syntax"
+    elif isinstance(exc, _SystemExit):
+        kind = "exit"
+    elif isinstance(exc, _AssertionError):
+        kind = "assertion"
+    elif isinstance(exc, _MemoryError):
+        kind = "memory"
+    else:
+        kind = "runtime"
+    frames = _frames(exc.__traceback__, sources)[-3:]
+    try:
+        text = str(exc)
+    except _BaseException:
+        text = "<unprintable>"
+    msg = "\n".join([*frames, f"{name}: {text[:500]}"])
+    _emit(b"exc", phase, kind, name, msg[:2000])
+
+
+def run_job(job, cfg):
+    """Run solution then tests in this process (C2). Never returns."""
+    sources = {"<solution>": job["solution"].splitlines(), "<tests>": job["lines"]}
+    try:
+        solution = compile(job["solution"], "<solution>", "exec", dont_inherit=True, optimize=0)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        _report(exc, "compile", sources)
+        _exit(0)
+    chunks = [(kind, marshal.loads(code)) for kind, code in job["chunks"]]
+    snapshots = [(builtins, dict(vars(builtins)))]
+    if any("unittest" in line for line in job["lines"]):
+        import unittest  # noqa: F401 - imported before the solution so its TestCase is restorable
+    if "unittest" in sys.modules:
+        case = sys.modules["unittest"].TestCase
+        snapshots.append((case, dict(vars(case))))
+    # The solution runs as the real __main__ (pickling its classes works) and does not find
+    # this harness in sys.modules.
+    main_module = types.ModuleType("__main__")
+    sys.modules["__main__"] = main_module
+    namespace = main_module.__dict__
+    namespace["__builtins__"] = builtins
+    _emit(b"start")
+    try:
+        exec(solution, namespace)  # noqa: S102 - running untrusted code is the point
+    except _BaseException as exc:
+        _report(exc, "solution", sources)
+        _flush_and_exit()
+    _restore_builtins(snapshots)
+    namespace.update(__af_cmp=_af_cmp, __af_plain=_af_plain, __af_assert=_af_assert)
+    for kind, code in chunks:
+        try:
+            exec(code, namespace)  # noqa: S102
+        except _AssertionError as exc:
+            _report(exc, "tests", sources)
+            if kind != "assert":
+                break
+        except _BaseException as exc:
+            _report(exc, "tests", sources)
+            if kind != "assert" or isinstance(exc, (_SystemExit, _MemoryError)):
+                break
+    else:
+        _emit(b"done")
+    _flush_and_exit()
+
+
+def _restore_builtins(snapshots):
+    # A solution that rebinds builtins (AssertionError, isinstance...) or patches
+    # unittest.TestCase must not change how the tests behave.
+    for target, saved in snapshots:
+        current = vars(target)
+        if target is builtins:
+            for key in [k for k in current if k not in saved]:
+                del current[key]
+            for key, val in saved.items():
+                if current.get(key) is not val:
+                    current[key] = val
+        else:
+            for key, val in saved.items():
+                if current.get(key) is not val:
+                    setattr(target, key, val)
+
+
+def _flush_and_exit():
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except _BaseException:
+            pass
+    _exit(0)
+
+
+def _prepare_c2(job, cfg, fds):
+    """Limits, output plumbing and privilege drop of C2, before any untrusted code."""
+    ev_w, out_w, err_w = fds
+    os.setsid()  # kill(0, ...) by the job must not reach the server's process group
+    if cfg["isolated"]:
+        check(libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "pdeathsig")
+        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+        data = (ctypes.c_uint32 * 6)()
+        check(libc.capset(header, data), "capset")
+    null = os.open("/dev/null", os.O_RDONLY)
+    os.dup2(null, 0)
+    os.dup2(out_w, 1)
+    os.dup2(err_w, 2)
+    ev = os.dup2(ev_w, 3)
+    os.closerange(4, 1 << 16)
+    _Job.ev_fd, _Job.nonce = ev, job["nonce"]
+    os.chdir(cfg["work_dir"])
+    try:
+        with open("/proc/self/oom_score_adj", "w") as f:
+            f.write("1000")  # the memory cgroup kills the job, never the server
+    except OSError:
+        pass
+    with open("/proc/self/statm") as f:
+        vsz = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    timeout = float(job["timeout_s"])
+    limits = [
+        (resource.RLIMIT_AS, vsz + int(job["memory_mb"]) * (1 << 20)),
+        (resource.RLIMIT_CPU, int(timeout) + 1),
+        (resource.RLIMIT_NPROC, cfg["max_procs"] + 4),  # + server, C1, C2 and slack
+        (resource.RLIMIT_FSIZE, cfg["work_bytes"]),
+        (resource.RLIMIT_NOFILE, cfg["max_files"]),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    for which, value in limits:
+        _soft, hard = resource.getrlimit(which)
+        if hard != resource.RLIM_INFINITY:
+            value = min(value, hard)  # raising above the hard limit would fail
+        resource.setrlimit(which, (value, value if which != resource.RLIMIT_CPU else value + 1))
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if cfg["seccomp_hex"]:
+        bpf = binascii.unhexlify(cfg["seccomp_hex"])
+        filt = ctypes.create_string_buffer(bpf, len(bpf))
+        prog = struct.pack("HxxxxxxQ", len(bpf) // 8, ctypes.addressof(filt))
+        check(libc.prctl(_PR_SET_SECCOMP, 2, ctypes.c_char_p(prog), 0, 0), "seccomp")
+    for stream in (sys.stdout, sys.stderr):
+        stream.reconfigure(line_buffering=True)
+
+
+def _start_c1(job, cfg, fds):
+    """In C1: new namespaces and private tmpfs, then fork C2 and mirror its exit status."""
+    uid, gid = os.getuid(), os.getgid()
+    os.setsid()
+    check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # needed to write uid_map
+    check(libc.unshare(_CLONE_FLAGS), "unshare")
+    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
+                       ("gid_map", f"{gid} {gid} 1")):
+        with open("/proc/self/" + name, "w") as f:
+            f.write(text)
+    check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
+    opts = f"size={cfg['work_bytes']},mode=1777".encode()
+    for path in (b"/tmp", cfg["work_dir"].encode()):
+        check(libc.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, opts),
+               "mount tmpfs")
+    pid = os.fork()
+    if pid == 0:
+        _prepare_c2(job, cfg, fds)
+        run_job(job, cfg)
+    for fd in fds:
+        os.close(fd)
+    _, status = os.waitpid(pid, 0)
+    code = os.waitstatus_to_exitcode(status)
+    _exit(code if code >= 0 else 128 - code)
+
+
+def child(job, cfg, fds):
+    try:
+        if cfg["isolated"]:
+            _start_c1(job, cfg, fds)
+        else:
+            _prepare_c2(job, cfg, fds)
+            run_job(job, cfg)
+    except _BaseException as exc:
+        try:
+            _Job.ev_fd, _Job.nonce = fds[0], job["nonce"]
+            _emit(b"setup", f"{_type(exc).__name__}: {exc}")
+        finally:
+            _exit(70)
+
+
+# ----------------------------------------------------------------------------- the server

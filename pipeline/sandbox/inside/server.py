@@ -1,0 +1,200 @@
+"""Trusted job server that runs inside the sandbox (stdlib only; never imports ``pipeline``).
+
+Started as ``python -I -S run.py CONFIG_HEX`` inside bubblewrap; as root it first drops to the
+slot's uid. It reads jobs on stdin and writes one verdict per job on its own descriptor
+(``verdict_fd``), see ``wire``; stdout of the untrusted code never reaches the supervisor as a
+verdict. Each job runs in a child (see ``job``); after it the server sends SIGKILL to every other
+process of the sandbox (``kill(-1)``) and reaps them, so the next job starts clean.
+No ``json`` and no ``signal`` imports: they pull ``re``/``enum`` and would add milliseconds to
+every per-exec sandbox start.
+"""
+
+import binascii
+import marshal
+import os
+import select
+import sys
+import time
+
+from job import (
+    PR_SET_CHILD_SUBREAPER,
+    PR_SET_DUMPABLE,
+    PR_SET_NO_NEW_PRIVS,
+    SIGKILL,
+    check,
+    child,
+    libc,
+)
+from wire import read_frame, write_frame
+
+
+class _Tail:
+    def __init__(self, keep):
+        self.keep, self.data, self.total = keep, bytearray(), 0
+
+    def add(self, chunk):
+        self.total += len(chunk)
+        self.data += chunk
+        if len(self.data) > 2 * self.keep + 65536:
+            del self.data[:-self.keep]
+
+    def text(self):
+        return bytes(self.data[-self.keep:] if self.keep else b"").decode("utf-8", "replace")
+
+
+def _kill_all(cfg, pid):
+    if cfg["isolated"]:
+        try:
+            os.kill(-1, SIGKILL)  # every process of the sandbox but pid 1 and this server
+        except ProcessLookupError:
+            pass
+    else:
+        for target in (-pid, pid):
+            try:
+                os.kill(target, SIGKILL)
+            except ProcessLookupError:
+                pass
+
+
+def _reap(cfg, pid, status):
+    """Reap C1 and every orphan re-parented here; True when the sandbox is clean again."""
+    if status is None:
+        status = os.waitpid(pid, 0)[1]
+    while True:
+        try:
+            if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                break
+        except ChildProcessError:
+            break
+    if not cfg["isolated"]:
+        return status, True
+    me = os.getpid()
+    for _ in range(400):
+        others = [p for p in os.listdir("/proc") if p.isdigit() and int(p) not in (1, me)]
+        if not others:
+            return status, True
+        _kill_all(cfg, pid)
+        try:
+            os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            pass
+        time.sleep(0.0005)
+    return status, False
+
+
+def serve_job(job, cfg):
+    """Run one job in a child and supervise it; returns the verdict dict."""
+    start = time.monotonic()
+    nonce = job["nonce"] = binascii.hexlify(os.urandom(12))
+    ev_r, ev_w = os.pipe()
+    out_r, out_w = os.pipe()
+    err_r, err_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        for fd in (ev_r, out_r, err_r, 0, cfg["verdict_fd"]):
+            os.close(fd)
+        child(job, cfg, (ev_w, out_w, err_w))
+    for fd in (ev_w, out_w, err_w):
+        os.close(fd)
+    pidfd = os.pidfd_open(pid)
+    tails = {out_r: _Tail(cfg["tail_bytes"]), err_r: _Tail(cfg["tail_bytes"])}
+    events, ev_buf = [], bytearray()
+    poller = select.poll()
+    for fd in (ev_r, out_r, err_r, pidfd):
+        poller.register(fd, select.POLLIN)
+    open_fds, status, reason = {ev_r, out_r, err_r}, None, None
+    deadline = start + float(job["timeout_s"])
+    while open_fds or status is None:
+        now = time.monotonic()
+        if now >= deadline:
+            reason = "timeout"
+            break
+        if status is not None:
+            deadline = min(deadline, now + 0.2)  # pipes still held by a leftover process
+        for fd, _ in poller.poll(max(0.0, deadline - now) * 1000):
+            if fd == pidfd:
+                status = os.waitpid(pid, 0)[1]
+                poller.unregister(pidfd)
+                continue
+            chunk = os.read(fd, 65536)
+            if not chunk:
+                poller.unregister(fd)
+                open_fds.discard(fd)
+            elif fd == ev_r:
+                ev_buf += chunk
+                if len(ev_buf) > (1 << 20):
+                    reason = "event_flood"
+                *lines, rest = ev_buf.split(b"\n")
+                ev_buf = bytearray(rest)
+                events.extend(lines)
+            else:
+                tails[fd].add(chunk)
+        if sum(t.total for t in tails.values()) > cfg["output_limit"]:
+            reason = "output_limit"
+        if reason:
+            break
+    if reason or open_fds or status is None:
+        _kill_all(cfg, pid)
+    status, clean = _reap(cfg, pid, status)
+    for fd in (ev_r, out_r, err_r, pidfd):
+        os.close(fd)
+    summary = {"ok": 0, "failed": 0, "first_failure": None, "first_error": None, "done": False,
+               "started": False, "setup": None}
+    for line in events:
+        parts = line.split(b"\t")
+        if parts[0] != nonce or len(parts) < 2:
+            continue  # not written by the harness code of this job
+        kind = parts[1]
+        try:
+            fields = [binascii.a2b_base64(f).decode("utf-8", "replace") for f in parts[2:]]
+        except binascii.Error:
+            continue
+        if kind == b"ok":
+            summary["ok"] += 1
+        elif kind == b"exc" and len(fields) == 4:
+            ev = dict(zip(("phase", "kind", "name", "msg"), fields))
+            summary["failed"] += ev["phase"] == "tests"
+            key = "first_failure" if ev["kind"] == "assertion" else "first_error"
+            summary[key] = summary[key] or ev
+        elif kind in (b"done", b"start"):
+            summary["done" if kind == b"done" else "started"] = True
+        elif kind == b"setup" and fields:
+            summary["setup"] = fields[0]
+    code = os.waitstatus_to_exitcode(status)
+    summary.update(reason=reason, exit_code=code if code >= 0 else 128 - code,
+                   stdout=tails[out_r].text(), stderr=tails[err_r].text(),
+                   duration_s=time.monotonic() - start, clean=clean)
+    return summary
+
+
+def _drop_to(uid):
+    """Started as root by a privileged bubblewrap: become the slot's uid, for good."""
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)  # clears every capability: the ids are all non-zero now
+    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+
+
+def main(argv):
+    cfg = marshal.loads(binascii.unhexlify(argv[1]))
+    if cfg["uid"] is not None:
+        _drop_to(cfg["uid"])
+    if cfg["isolated"]:
+        # Non-dumpable: a job cannot open /proc/<server>/mem even with the same uid.
+        check(libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "dumpable")
+        check(libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0), "subreaper")
+    sys.path.extend(cfg["sys_path"])
+    for name in cfg["preload"]:
+        __import__(name)
+    os.environ.clear()
+    os.environ.update(cfg["env"])
+    write_frame(cfg["verdict_fd"], {"ready": True, "pid": os.getpid()})
+    for _ in range(cfg["max_jobs"]):
+        job = read_frame(0)
+        if job is None:
+            return
+        verdict = serve_job(job, cfg)
+        write_frame(cfg["verdict_fd"], verdict)
+        if not verdict["clean"]:
+            return
+

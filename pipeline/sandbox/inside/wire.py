@@ -1,0 +1,72 @@
+"""Framing between the host supervisor and the in-sandbox server (stdlib only).
+
+Host to sandbox: length-prefixed ``marshal`` (the host is trusted, and marshal needs no import).
+Sandbox to host: flat ``key tag base64`` lines, because the host must never ``marshal.loads``
+bytes a compromised sandbox could craft, and ``json`` would cost every per-exec start an import
+of ``re`` and ``enum``.
+"""
+
+import binascii
+import marshal
+import os
+import struct
+
+_b64 = binascii.b2a_base64
+
+
+def _read_exact(fd, n):
+    buf = b""
+    while len(buf) < n:
+        part = os.read(fd, n - len(buf))
+        if not part:
+            return None
+        buf += part
+    return buf
+
+
+def read_frame(fd):
+    head = _read_exact(fd, 4)
+    if head is None:
+        return None
+    return marshal.loads(_read_exact(fd, struct.unpack(">I", head)[0]))
+
+
+def field(value):
+    return _b64(str(value).encode("utf-8", "replace"), newline=False)
+
+
+def encode_verdict(verdict):
+    """Flat ``key tag base64`` lines; nested dicts become ``outer.inner`` keys."""
+    out = []
+    for key, value in verdict.items():
+        if isinstance(value, dict):
+            out += [b"%s.%s\ts\t%s" % (key.encode(), k.encode(), field(v)) for k, v in value.items()]
+        elif value is not None:
+            tag = {bool: b"b", int: b"i", float: b"f"}.get(type(value), b"s")
+            out.append(b"%s\t%s\t%s" % (key.encode(), tag, field(int(value) if tag == b"b" else value)))
+    return b"\n".join(out)
+
+
+def decode_verdict(data):
+    """The inverse of ``encode_verdict`` (used on the host: never ``marshal`` from a sandbox)."""
+    verdict = {}
+    for line in data.split(b"\n"):
+        if not line:
+            continue
+        key, tag, payload = line.split(b"\t")
+        text = binascii.a2b_base64(payload).decode("utf-8", "replace")
+        value = {b"b": lambda t: t == "1", b"i": int, b"f": float, b"s": str}[tag](text)
+        outer, _, inner = key.decode().partition(".")
+        if inner:
+            verdict.setdefault(outer, {})[inner] = value
+        else:
+            verdict[outer] = value
+    return verdict
+
+
+def write_frame(fd, verdict):
+    data = encode_verdict(verdict)
+    os.write(fd, struct.pack(">I", len(data)) + data)
+
+
+# ----------------------------------------------------------------------------- inside the job (C2)
