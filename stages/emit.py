@@ -247,6 +247,15 @@ def _fill_from(table: pa.Table, ctx: StageContext, stage: str, column: str) -> p
     return table.join(other, "instruction_id", join_type="left outer")
 
 
+def _remove_stale_shards(folder: Path, keep: set[str]) -> None:
+    # A rerun with fewer rows writes fewer shards; an old "-of-00003" file left beside the new
+    # ones would be read twice by every `train-*.parquet` glob. The runner has no API to
+    # replace a directory of artifacts, so the stage removes what it no longer writes.
+    for path in folder.glob("*-of-*.parquet"):
+        if path.name not in keep:
+            path.unlink()
+
+
 def _with_reason(table: pa.Table, reason: str) -> pa.Table:
     return table.append_column("reason", pa.array([reason] * table.num_rows, pa.string()))
 
@@ -294,6 +303,7 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
                        seed=ctx.seed)
     for name, part in files.items():
         ctx.write_artifact(f"dataset/{name}", part)
+    _remove_stale_shards(ctx.run_dir / "dataset", keep=set(files))
 
     info = CardInfo(
         name=cfg.dataset_name, license=cfg.license, run_id=run_id,

@@ -235,3 +235,18 @@ def test_stage_holdout_split_is_written_and_described(tmp_path):
     assert files == ["test-00000-of-00001.parquet", "train-00000-of-00001.parquet"]
     assert result.stats == {"rows_train": 3.0 - n_test, "rows_test": float(n_test),
                             "verified": 2.0}
+
+
+def test_rerun_with_fewer_shards_leaves_no_stale_file(tmp_path):
+    verify = _verify_table()
+    ids = sorted(set(verify.column("instruction_id").to_pylist()))
+    ctx = _Ctx(tmp_path, {
+        "difficulty": pa.table({"instruction_id": ids, "difficulty": [1.0] * 4,
+                                "difficulty_votes": [[]] * 4}),
+        "answer": verify.select(["instruction_id", "model"]),
+        "rate": pa.table({"instruction_id": ids, "final_score": [0.0] * 4})})
+    run(verify, EmitConfig(shard_rows=1), ctx)
+    assert len(list((tmp_path / "dataset").glob("train-*.parquet"))) == 3
+    run(verify, EmitConfig(shard_rows=10), ctx)
+    assert sorted(p.name for p in (tmp_path / "dataset").glob("*.parquet")) == [
+        "train-00000-of-00001.parquet"]
