@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import functools
 import marshal
 
 TESTS_FILENAME = "<tests>"
@@ -84,6 +85,7 @@ class _AssertRewriter(ast.NodeTransformer):
         return node
 
 
+@functools.lru_cache(maxsize=4096)  # the candidates of one problem share its tests
 def prepare_tests(source: str) -> PreparedTests:
     """Parse, rewrite and compile a test program.
 

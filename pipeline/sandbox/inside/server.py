@@ -10,6 +10,7 @@ every per-exec sandbox start.
 """
 
 import binascii
+import gc
 import marshal
 import os
 import select
@@ -186,6 +187,7 @@ def main(argv):
     sys.path.extend(cfg["sys_path"])
     for name in cfg["preload"]:
         __import__(name)
+    gc.freeze()  # jobs are forked from here: keep the collector off these pages (copy-on-write)
     os.environ.clear()
     os.environ.update(cfg["env"])
     write_frame(cfg["verdict_fd"], {"ready": True, "pid": os.getpid()})
