@@ -47,6 +47,16 @@ class Job:
     timeout_s: float | None = None
     memory_mb: int | None = None
 
+    def __post_init__(self) -> None:
+        for name in ("solution", "tests"):
+            if not isinstance(getattr(self, name), str):
+                raise TypeError(f"Job.{name} must be str, got {type(getattr(self, name)).__name__}")
+        if self.timeout_s is not None and not self.timeout_s > 0:
+            raise ValueError(f"Job.timeout_s must be > 0, got {self.timeout_s!r}")
+        if self.memory_mb is not None and self.memory_mb < 32:
+            raise ValueError(f"Job.memory_mb must be >= 32 (the interpreter needs it), "
+                             f"got {self.memory_mb!r}")
+
 
 @dataclasses.dataclass(frozen=True)
 class ExecResult:

@@ -21,19 +21,23 @@ requires_isolation = pytest.mark.skipif(
     bool(_problems()), reason=f"sandbox isolation unavailable: {_problems()}")
 
 
+def read_proc(name: str):
+    """(pid, text of /proc/<pid>/<name>) for every process still there when read."""
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                yield int(entry.name), (entry / name).read_text()
+            except OSError:
+                continue
+
+
 def processes_of_uids(uids) -> list[tuple[int, str]]:
     """(pid, state) of every host process whose real uid is in ``uids``."""
     found = []
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            status = (entry / "status").read_text()
-        except OSError:
-            continue
+    for pid, status in read_proc("status"):
         fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
         if int(fields["Uid"].split()[0]) in uids:
-            found.append((int(entry.name), fields["State"].split()[0]))
+            found.append((pid, fields["State"].split()[0]))
     return found
 
 

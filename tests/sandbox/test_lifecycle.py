@@ -10,7 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
-from conftest import UID_BASE, processes_of_uids, requires_isolation
+from conftest import UID_BASE, processes_of_uids, read_proc, requires_isolation
 
 from pipeline.sandbox import PASSED, Job, SandboxConfig, SandboxPool
 
@@ -20,15 +20,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def _sandbox_processes(uids) -> list[int]:
     """Host processes of the uids, plus the root bubblewrap processes in their slot cgroups."""
     pids = [pid for pid, _ in processes_of_uids(uids)]
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                cgroups = (entry / "cgroup").read_text()
-            except OSError:
-                continue
-            if any(f"/arenaforge/uid-{u}\n" in cgroups for u in uids):
-                pids.append(int(entry.name))
-    return pids
+    return pids + [pid for pid, cgroups in read_proc("cgroup")
+                   if any(f"/arenaforge/uid-{u}\n" in cgroups for u in uids)]
 
 
 @requires_isolation
@@ -67,17 +60,8 @@ def _fds() -> set[str]:
 
 def _zombie_children() -> list[int]:
     me = str(os.getpid())
-    zombies = []
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-            if state == "Z" and ppid == me:
-                zombies.append(int(entry.name))
-    return zombies
+    return [pid for pid, stat in read_proc("stat")
+            if stat.rsplit(")", 1)[1].split()[:2] == ["Z", me]]
 
 
 @requires_isolation

@@ -103,3 +103,16 @@ def test_verdict_codec_roundtrip_and_rejects_nothing_silently():
                "first_error": {"phase": "tests", "kind": "runtime", "name": "KeyError", "msg": "x\ny"}}
     decoded = decode_verdict(encode_verdict(verdict))
     assert decoded == {k: v for k, v in verdict.items() if v is not None}
+
+
+@pytest.mark.parametrize(("kwargs", "field"), [
+    ({"solution": None, "tests": "assert 1"}, "solution"),
+    ({"solution": "", "tests": b"assert 1"}, "tests"),
+    ({"solution": "", "tests": "assert 1", "timeout_s": 0}, "timeout_s"),
+    ({"solution": "", "tests": "assert 1", "memory_mb": 8}, "memory_mb"),
+])
+def test_bad_jobs_name_the_field(kwargs, field):
+    from pipeline.sandbox import Job
+
+    with pytest.raises((TypeError, ValueError), match=f"Job.{field}"):
+        Job(**kwargs)
