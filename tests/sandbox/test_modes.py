@@ -138,3 +138,14 @@ def test_auto_refuses_to_degrade(monkeypatch):
         SandboxPool.from_config(SandboxConfig())
     with pytest.raises(SandboxUnavailable):
         SandboxPool.from_config(SandboxConfig(mode="per_exec"))
+
+
+@requires_isolation
+def test_without_cgroups_rlimits_still_hold_and_the_result_says_so(monkeypatch):
+    monkeypatch.setattr(pool_module.cgroups, "unavailable_reason", lambda: "cgroup v2 host")
+    cfg = SandboxConfig(workers=1, uid_base=UID_BASE + 80)
+    with SandboxPool.from_config(cfg) as p:
+        ok, bomb = p.run_many([Job(*CASES[2][:2]),
+                               Job("x = bytearray(1 << 33)\n", "assert True", memory_mb=128)])
+    assert ok.status == PASSED and bomb.status == MEMORY
+    assert "cgroup_memory" not in ok.limits and "rlimit_as" in ok.limits
