@@ -110,8 +110,8 @@ def pass_at_k(n: Sequence[int], correct: Sequence[int], k: int) -> float:
 def _backend_for(model: str, models_file: Path) -> Any:
     """A backend (``pipeline.backends``) for a model directory, GGUF file or registry id."""
     from pipeline.backends import create_backend
-    from pipeline.models import ModelSpec, load_registry
-    from pipeline.training.base_model import is_model_dir
+    from pipeline.models import ModelSpec
+    from pipeline.training.base_model import is_model_dir, registry_spec
 
     path = Path(model).expanduser()
     if is_model_dir(path):
@@ -120,15 +120,7 @@ def _backend_for(model: str, models_file: Path) -> Any:
     elif path.is_file() and path.suffix == ".gguf":
         spec = ModelSpec(id=_slug(path.stem), backend="llamacpp", family="local", path=str(path))
     else:
-        if not models_file.is_file():
-            raise FileNotFoundError(f"eval: model {model!r} is not a model directory or .gguf "
-                                    f"file, and the registry {models_file} does not exist")
-        registry = load_registry(models_file)
-        if model not in registry:
-            raise FileNotFoundError(f"eval: model {model!r} is not a model directory, a .gguf "
-                                    f"file, {CANONICAL!r}, nor an id in {models_file} "
-                                    f"(known: {sorted(registry)})")
-        spec = registry[model]
+        spec = registry_spec(model, models_file)
     return create_backend(spec, n_threads=os.cpu_count() or 1, cache_dir=None)
 
 

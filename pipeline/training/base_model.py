@@ -60,7 +60,7 @@ def resolve_model_dir(ref: str, *, models_file: Path = DEFAULT_MODELS_FILE,
         return path
     if path.is_file() and path.suffix == ".gguf":
         return dequantize_gguf(path, _cache(cache_dir) / f"{path.stem}-{_file_key(path)}")
-    spec = _registry_spec(ref, models_file)
+    spec = registry_spec(ref, models_file)
     from pipeline.models import resolve_weights, weights_fingerprint
 
     weights = resolve_weights(spec)
@@ -71,7 +71,12 @@ def resolve_model_dir(ref: str, *, models_file: Path = DEFAULT_MODELS_FILE,
     return dequantize_gguf(weights, _cache(cache_dir) / f"{spec.id}-{weights_fingerprint(spec)[:16]}")
 
 
-def _registry_spec(ref: str, models_file: Path) -> Any:
+def registry_spec(ref: str, models_file: Path) -> Any:
+    """The registry entry of model id ``ref`` (used after path lookups failed).
+
+    Raises:
+        FileNotFoundError: no registry file, or no such id (the message lists the known ids).
+    """
     from pipeline.models import load_registry
 
     if not models_file.is_file():

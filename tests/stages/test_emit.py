@@ -220,14 +220,19 @@ def test_stage_writes_dataset_and_card_and_counts_drops(tmp_path):
     assert len(ds) == 3 and ds[0]["messages"][0]["role"] == "system"
 
 
+def _plain_ctx(tmp_path: Path, verify: pa.Table) -> _Ctx:
+    """Upstream outputs with constant difficulty and score and no difficulty votes."""
+    ids = sorted(set(verify.column("instruction_id").to_pylist()))
+    return _Ctx(tmp_path, {
+        "difficulty": pa.table({"instruction_id": ids, "difficulty": [1.0] * len(ids),
+                                "difficulty_votes": [[]] * len(ids)}),
+        "answer": verify.select(["instruction_id", "model"]),
+        "rate": pa.table({"instruction_id": ids, "final_score": [0.0] * len(ids)})})
+
+
 def test_stage_holdout_split_is_written_and_described(tmp_path):
     verify = _verify_table()
-    ids = sorted(set(verify.column("instruction_id").to_pylist()))
-    ctx = _Ctx(tmp_path, {
-        "difficulty": pa.table({"instruction_id": ids, "difficulty": [1.0] * 4,
-                                "difficulty_votes": [[]] * 4}),
-        "answer": verify.select(["instruction_id", "model"]),
-        "rate": pa.table({"instruction_id": ids, "final_score": [0.0] * 4})})
+    ctx = _plain_ctx(tmp_path, verify)
     result = run(verify, EmitConfig(holdout_fraction=0.5), ctx)
     files = sorted(p.name for p in (tmp_path / "dataset").glob("*.parquet"))
     n_test = sum(holdout_mask(result.table.column("instruction_id").to_pylist(), 0.5, 0))
@@ -239,12 +244,7 @@ def test_stage_holdout_split_is_written_and_described(tmp_path):
 
 def test_rerun_with_fewer_shards_leaves_no_stale_file(tmp_path):
     verify = _verify_table()
-    ids = sorted(set(verify.column("instruction_id").to_pylist()))
-    ctx = _Ctx(tmp_path, {
-        "difficulty": pa.table({"instruction_id": ids, "difficulty": [1.0] * 4,
-                                "difficulty_votes": [[]] * 4}),
-        "answer": verify.select(["instruction_id", "model"]),
-        "rate": pa.table({"instruction_id": ids, "final_score": [0.0] * 4})})
+    ctx = _plain_ctx(tmp_path, verify)
     run(verify, EmitConfig(shard_rows=1), ctx)
     assert len(list((tmp_path / "dataset").glob("train-*.parquet"))) == 3
     run(verify, EmitConfig(shard_rows=10), ctx)
