@@ -238,6 +238,17 @@ def test_always_equal_object(sandbox):
     assert "non-builtin" in r.error_message
 
 
+def test_numpy_values_compare_but_object_arrays_do_not(sandbox):
+    src = ("import numpy as np\nclass Anything:\n    def __eq__(self, other):\n        return True\n"
+           "def mean(xs):\n    return np.mean(xs)\n"
+           "def evil(xs):\n    a = np.empty(len(xs), dtype=object)\n    a[:] = [Anything()] * len(xs)\n"
+           "    return a\n")
+    ok = sandbox.run(src, "assert mean([1, 2, 3]) == 2.0\nassert (np.arange(3) == [0, 1, 2]).all()\n")
+    assert ok.status == PASSED, ok
+    bad = sandbox.run(src, "assert (evil([1, 2]) == [5, 6]).all()\nassert all(evil([1]) == [9])\n")
+    assert bad.status == FAILED and bad.assertions_failed == 2, bad
+
+
 def test_forged_passed_on_stdout_and_on_the_verdict_descriptor(sandbox):
     src = ("import os, json\nprint('PASSED')\nprint(json.dumps({'status': 'passed'}))\n"
            "for fd in range(3, 20):\n    try:\n"

@@ -29,6 +29,7 @@ PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 _PLAIN_SCALARS = frozenset([bool, int, float, complex, str, bytes, type(None)])
 _PLAIN_CONTAINERS = frozenset([list, tuple, set, frozenset, dict])
+_HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: the type was created by a class statement
 # Captured before any untrusted code runs: a solution may rebind the names, not these objects.
 _AssertionError, _BaseException, _SystemExit, _MemoryError = (
     AssertionError, BaseException, SystemExit, MemoryError)
@@ -55,13 +56,24 @@ def _emit(kind, *fields):
     _write(_Job.ev_fd, b"\t".join([_Job.nonce, kind] + [field(f) for f in fields]) + b"\n")
 
 
+def _is_numpy_value(value, t):
+    """numpy scalars and non-object arrays: their types are static C types (no Python class can
+    be one, and their ``__module__`` cannot be reassigned) and they hold raw numbers, not objects
+    with their own ``__eq__``."""
+    if t.__flags__ & _HEAPTYPE or t.__module__ != "numpy":
+        return False
+    dtype = getattr(value, "dtype", None)
+    return dtype is not None and dtype.kind != "O"
+
+
 def _is_plain(value):
-    """True when the value is built only from exact builtin types (no subclasses, no user types)."""
+    """True when the value is built only from exact builtin types (no subclasses, no user types;
+    numpy scalars and non-object arrays count as builtin)."""
     stack, seen = [value], set()
     while stack:
         v = stack.pop()
         t = _type(v)
-        if t in _PLAIN_SCALARS:
+        if t in _PLAIN_SCALARS or _is_numpy_value(v, t):
             continue
         if t not in _PLAIN_CONTAINERS:
             _Job.reason = f"non-builtin value of type {t.__module__}.{t.__qualname__}"
@@ -89,16 +101,18 @@ _COMPARE = {"==": operator.eq, "!=": operator.ne, "<": operator.lt, "<=": operat
 
 
 def _af_cmp(ops, *operands):
+    """``a OP b [OP c]`` with the semantics of a chained comparison, on builtin operands only."""
+    result = True
     for i, op in enumerate(ops):
         left, right = operands[i], operands[i + 1]
         if op not in ("is", "is not") and not (_is_plain(left) and _is_plain(right)):
             raise _AssertionError("comparison refused: " + _Job.reason)
         result = _COMPARE[op](left, right)
-        if _type(result) is not bool:
-            raise _AssertionError("comparison returned a non-bool")
-        if not result:
-            return False
-    return True
+        if not _is_plain(result):
+            raise _AssertionError("comparison returned " + _Job.reason)
+        if i + 1 < len(ops) and not result:
+            return result
+    return result
 
 
 def _af_assert(value):
