@@ -23,6 +23,7 @@ ERR_MEMORY = "memory"
 ERR_OUTPUT = "output_limit"
 ERR_EXIT = "exit"  # sys.exit / os._exit / a signal before the tests finished
 ERR_SANDBOX = "sandbox"  # the sandbox itself failed; the job's code is not to blame
+ERR_NO_TESTS = "no_tests"  # the tests finished without running a single assertion
 
 # Isolation modes recorded on every result.
 MODE_FORKSERVER = "forkserver"

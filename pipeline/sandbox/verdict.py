@@ -2,7 +2,7 @@
 
 Pure logic. Order matters: limits the supervisor observed (deadline, output cap, OOM kill) come
 before anything the job's own process reported, and ``passed`` needs positive evidence: the
-harness saw the tests finish, nothing failed, and the job exited 0.
+harness saw the tests finish, at least one assertion ran, nothing failed, and the job exited 0.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from pipeline.sandbox.result import (
     ERR_ASSERTION,
     ERR_EXIT,
     ERR_MEMORY,
+    ERR_NO_TESTS,
     ERR_OUTPUT,
     ERR_RUNTIME,
     ERR_SANDBOX,
@@ -64,6 +65,9 @@ def classify(v: dict[str, Any], timeout_s: float, oom_killed: bool
     if code != 0 or not v.get("done"):
         return (ERROR, ERR_EXIT, None,
                 f"the job ended before the tests completed ({_describe_exit(code)})")
+    if not v.get("ok"):
+        return (ERROR, ERR_NO_TESTS, "NoAssertions",
+                "the tests ran no assertion (a `def check(candidate)` that is never called?)")
     return PASSED, None, None, None
 
 

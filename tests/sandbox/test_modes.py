@@ -105,6 +105,8 @@ def test_correct_solutions_pass_in_every_mode(any_pool):
     ("def f():\n    return f()\n", "assert f()", ERROR, "runtime", "RecursionError"),
     ("import time\ntime.sleep(30)\n", "assert True", TIMEOUT, "timeout", None),
     ("x = bytearray(1 << 34)\n", "assert True", MEMORY, "memory", "MemoryError"),
+    ("def f():\n    return 1\n", "def check(c):\n    assert c() == 1\n", ERROR, "no_tests",
+     "NoAssertions"),
 ])
 def test_errors_are_classified(any_pool, solution, tests, status, error_type, error_name):
     r = any_pool.run(Job(solution, tests, timeout_s=1.0, memory_mb=128))

@@ -59,8 +59,9 @@ def test_prepare_rejects_unparsable_tests(bad):
 
 @pytest.mark.parametrize(("verdict", "oom", "expected"), [
     ({"done": True, "exit_code": 0, "ok": 3}, False, "passed"),
+    ({"done": True, "exit_code": 0, "ok": 0}, False, "error"),  # no assertion ran
     ({"done": False, "exit_code": 0}, False, "error"),  # ended before the tests finished
-    ({"done": True, "exit_code": 137}, False, "error"),
+    ({"done": True, "exit_code": 137, "ok": 1}, False, "error"),
     ({"done": True, "exit_code": 137}, True, "memory"),
     ({"done": False, "exit_code": 152}, False, "timeout"),  # SIGXCPU
     ({"reason": "timeout", "done": True, "exit_code": 0}, False, "timeout"),
