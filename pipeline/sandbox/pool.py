@@ -159,6 +159,10 @@ class SandboxPool:
         for slot in self._slots:
             slot.release()
 
+    def __reduce__(self):
+        raise TypeError("a SandboxPool holds live sandboxes and cannot be sent to another process "
+                        "(e.g. a Ray task); build one there with SandboxPool.from_config(cfg)")
+
     def __enter__(self) -> Self:
         return self
 

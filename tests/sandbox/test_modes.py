@@ -151,3 +151,10 @@ def test_without_cgroups_rlimits_still_hold_and_the_result_says_so(monkeypatch):
                                Job("x = bytearray(1 << 33)\n", "assert True", memory_mb=128)])
     assert ok.status == PASSED and bomb.status == MEMORY
     assert "cgroup_memory" not in ok.limits and "rlimit_as" in ok.limits
+
+
+def test_a_pool_refuses_to_be_pickled(any_pool):
+    import pickle
+
+    with pytest.raises(TypeError, match="from_config"):
+        pickle.dumps(any_pool)
