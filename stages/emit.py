@@ -271,16 +271,6 @@ def _run_models(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> list[str
     return sorted(m for m in models if m)
 
 
-def _config_hash(ctx: StageContext) -> str:
-    config = ctx.config
-    for attr in ("fingerprint", "config_hash"):
-        value = getattr(config, attr, None)
-        if value is not None:
-            return value() if callable(value) else str(value)
-    dumped = config.model_dump(mode="json") if hasattr(config, "model_dump") else repr(config)
-    return hashlib.sha256(json.dumps(dumped, sort_keys=True, default=str).encode()).hexdigest()[:16]
-
-
 def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
     """Select the chosen answers, write the dataset shards and the card."""
     if "selected" not in table.column_names:
@@ -292,13 +282,18 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
     dropped = pa.concat_tables([_with_reason(table.filter(pc.invert(is_selected)), "not_selected"),
                                 _with_reason(table.filter(empty), "empty_response")])
     chosen = table.filter(keep)
+    counts = pc.value_counts(chosen.column("instruction_id")).to_pylist()
+    twice = [c["values"] for c in counts if c["counts"] > 1]
+    if twice:
+        raise ValueError(f"emit: {len(twice)} instruction(s) have more than one selected answer, "
+                         f"e.g. instruction_id={twice[0]}; the selection rule must pick one")
     # verify may not carry every provenance column through; the stages that made them can.
     chosen = _fill_from(chosen, ctx, "difficulty", "difficulty")
     chosen = _fill_from(chosen, ctx, "rate", "final_score").sort_by("instruction_id")
 
-    run_id = ctx.run_dir.name
+    run_id, config_hash = ctx.run_dir.name, ctx.config.config_hash()
     sft = build_sft_rows(chosen, system_prompt=cfg.system_prompt, run_id=run_id,
-                         config_hash=_config_hash(ctx))
+                         config_hash=config_hash)
     files = plan_files(sft, shard_rows=cfg.shard_rows, holdout_fraction=cfg.holdout_fraction,
                        seed=ctx.seed)
     for name, part in files.items():
@@ -307,7 +302,7 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
 
     info = CardInfo(
         name=cfg.dataset_name, license=cfg.license, run_id=run_id,
-        config_hash=sft.column("config_hash")[0].as_py() if sft.num_rows else _config_hash(ctx),
+        config_hash=config_hash,
         files=sorted(files), split_sizes=split_sizes(files), system_prompt=cfg.system_prompt,
         funnel=read_funnel(ctx.run_dir) + [{"stage": "emit", "rows_in": table.num_rows,
                                             "kept": sft.num_rows,

@@ -250,3 +250,11 @@ def test_rerun_with_fewer_shards_leaves_no_stale_file(tmp_path):
     run(verify, EmitConfig(shard_rows=10), ctx)
     assert sorted(p.name for p in (tmp_path / "dataset").glob("*.parquet")) == [
         "train-00000-of-00001.parquet"]
+
+
+def test_two_selected_answers_for_one_instruction_is_an_error(tmp_path):
+    verify = _verify_table()
+    verify = verify.set_column(verify.schema.get_field_index("selected"), "selected",
+                               pa.array([True] * verify.num_rows))
+    with pytest.raises(ValueError, match="more than one selected answer, e.g. instruction_id="):
+        run(verify, EmitConfig(), _plain_ctx(tmp_path, verify))
