@@ -40,7 +40,7 @@ def served(tmp_path_factory):
     port = free_port()
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     log_path = tmp_path_factory.mktemp("server") / "server.log"
-    log = open(log_path, "wb")  # a pipe would fill with llama.cpp's load log and block it
+    log = open(log_path, "wb")  # noqa: SIM115 - a pipe would fill with the load log and block
     proc = subprocess.Popen(
         [sys.executable, "-m", "pipeline.backends.llamacpp_serve", "--model", str(gguf),
          "--model_alias", "smol", "--host", "127.0.0.1", "--port", str(port),

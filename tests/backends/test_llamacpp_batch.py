@@ -1,0 +1,159 @@
+"""The batched llama.cpp path: same completions as the sequential path, many sequences at once."""
+
+import random
+from pathlib import Path
+
+import pytest
+
+from pipeline.backends import SamplingParams
+from pipeline.backends.llamacpp_batch import CompletionText, common_prefix_len, sequential_seeds
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+# -- pure logic -----------------------------------------------------------------------------------
+def test_completion_text_first_listed_stop_wins_like_llama_cpp_python():
+    # llama-cpp-python cuts at the first stop *in list order* that occurs, not the earliest.
+    t = CompletionText(stop=["B", "A"], max_tokens=10)
+    assert t.push(b"xAyB") == "stop"
+    assert t.text == "xAy"
+
+
+def test_completion_text_length_and_counts():
+    t = CompletionText(stop=["zz"], max_tokens=3)
+    assert [t.push(p) for p in (b"a", b"b", b"c")] == [None, None, "length"]
+    assert (t.text, t.n_tokens) == ("abc", 3)
+
+
+def test_completion_text_waits_for_a_whole_utf8_character():
+    # "é" is two bytes; a stop string is not looked for, and max_tokens not checked, while
+    # the character is split across tokens (llama-cpp-python's multibyte rule).
+    e = "é".encode()
+    t = CompletionText(stop=["x"], max_tokens=1)
+    assert t.push(b"x" + e[:1]) is None  # contains the stop, but the character is open
+    assert t.push(e[1:]) == "stop"
+    assert t.text == ""
+    assert t.n_tokens == 2
+
+
+def test_completion_text_strips_the_space_after_a_generated_bos():
+    t = CompletionText(stop=[], max_tokens=2, bos_piece_strip=True)
+    t.push(b" hi")
+    assert t.text == "hi"
+
+
+def test_common_prefix_len():
+    assert common_prefix_len([], [1]) == 0
+    assert common_prefix_len([1, 2], [1, 2]) == 2
+    assert common_prefix_len([1, 2, 3], [1, 9, 3]) == 1
+
+
+class _SeedHolder:
+    """The two members of ``Llama`` that seed replay touches."""
+
+    def __init__(self, seed):
+        self._seed = seed
+
+    def set_seed(self, seed):
+        self._seed = seed
+
+
+def test_sequential_seeds_replays_llama_seed_chain():
+    llm = _SeedHolder(0)
+    seeds = sequential_seeds(llm, SamplingParams(n=2), 2)
+    expected, cur = [], 0
+    for _ in range(4):
+        cur = random.Random(cur).randint(0, 2**32)
+        expected.append(cur)
+    assert seeds == expected and llm._seed == expected[-1]
+    assert sequential_seeds(llm, SamplingParams(n=3, seed=10), 1) == [10, 11, 12]
+    assert llm._seed == 12
+
+
+# -- real models ----------------------------------------------------------------------------------
+_LOADED: dict = {}
+
+
+def load(model_id: str):
+    """One backend per model (small context to keep the KV cache of 4 streams small)."""
+    from pipeline.backends.llamacpp import LlamaCppBackend
+    from pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
+
+    if model_id not in _LOADED:
+        spec = load_registry(ROOT / "configs/models.yaml")[model_id]
+        try:
+            path = resolve_weights(spec)
+        except ModelNotInstalledError as exc:
+            pytest.skip(str(exc))
+        _LOADED[model_id] = LlamaCppBackend(spec.id, path, n_ctx=512, stop=spec.stop,
+                                            n_threads=2, batch_size=4)
+    return _LOADED[model_id]
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _close_models():
+    yield
+    for backend in _LOADED.values():
+        backend.close()
+    _LOADED.clear()
+
+
+def both_paths(backend, method, requests, params):
+    """(batched, sequential) results of one call."""
+    backend.batch_size = 4
+    batched = getattr(backend, method)(requests, params)
+    backend.batch_size = 1
+    try:
+        sequential = getattr(backend, method)(requests, params)
+    finally:
+        backend.batch_size = 4
+    return batched, sequential
+
+
+SYSTEM = {"role": "system", "content": "You are a careful Python expert. Answer with code only."}
+ASKS = ["Write a function that reverses a string.", "Write a function that reverses a list.",
+        "Write a function is_prime(n).", "Write fizzbuzz.", "Sum a list without sum().",
+        "Write a function that counts vowels."]
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("model_id", ["qwen2.5-coder-0.5b", "smollm2-135m"])
+def test_greedy_batched_equals_sequential(model_id):
+    backend = load(model_id)
+    convs = [[SYSTEM, {"role": "user", "content": q}] for q in ASKS]  # 6 requests, 4 slots
+    batched, sequential = both_paths(backend, "chat", convs,
+                                     SamplingParams(max_tokens=24, seed=0))
+    assert backend._batcher, "the batched path was not used"
+    assert batched == sequential
+    assert all(c[0].text and c[0].completion_tokens > 0 for c in batched)
+    # every request shares the system prompt: its KV was reused, not decoded again
+    assert backend._batcher.stats["prefix_tokens_reused"] > 0
+
+
+@pytest.mark.models
+def test_seeded_samples_equal_sequential():
+    backend = load("qwen2.5-coder-0.5b")
+    convs = [[{"role": "user", "content": q}] for q in ASKS[:2]]
+    params = SamplingParams(n=3, temperature=0.9, top_p=0.95, max_tokens=16, seed=11)
+    batched, sequential = both_paths(backend, "chat", convs, params)
+    assert batched == sequential
+    assert len({c.text for c in batched[0]}) > 1  # n samples are different sequences
+
+
+@pytest.mark.models
+def test_stop_and_max_tokens_per_sequence_and_a_failing_prompt_does_not_kill_the_batch():
+    backend = load("qwen2.5-coder-0.5b")
+    too_long = "word " * 600  # over the 512-token context
+    prompts = ["def add(a, b):\n", too_long, "# Count to ten\n1, 2, 3,", "Q: Capital of France?\nA:"]
+    params = SamplingParams(max_tokens=20, stop=["\n"])
+    batched, sequential = both_paths(backend, "complete", prompts, params)
+    assert batched == sequential
+    failed = batched[1][0]
+    assert failed.finish_reason == "error" and "exceed context window" in failed.error
+    reasons = {c[0].finish_reason for i, c in enumerate(batched) if i != 1}
+    assert reasons == {"stop", "length"}, reasons  # each sequence ends on its own terms
+    for i, c in enumerate(batched):
+        if i != 1:
+            assert "\n" not in c[0].text and c[0].completion_tokens <= 20
+            if c[0].finish_reason == "length":
+                assert c[0].completion_tokens == 20
