@@ -230,7 +230,9 @@ def _flush_and_exit():
 def _prepare_c2(job, cfg, fds):
     """Limits, output plumbing and privilege drop of C2, before any untrusted code."""
     ev_w, out_w, err_w = fds
-    os.setsid()  # kill(0, ...) by the job must not reach the server's process group
+    # kill(0, ...) by the job must not reach the server's process group. A group, not a session:
+    # setsid would also create a scheduler autogroup per job.
+    os.setpgid(0, 0)
     if cfg["isolated"]:
         check(libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "pdeathsig")
         header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
@@ -278,7 +280,6 @@ def _prepare_c2(job, cfg, fds):
 def _start_c1(job, cfg, fds):
     """In C1: new namespaces and private tmpfs, then fork C2 and mirror its exit status."""
     uid, gid = os.getuid(), os.getgid()
-    os.setsid()
     check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # needed to write uid_map
     check(libc.unshare(_CLONE_FLAGS), "unshare")
     for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
