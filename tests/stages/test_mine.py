@@ -28,7 +28,7 @@ class RecordingMiner:
 
     def complete(self, prompts, params):
         self.calls.append((prompts, params))
-        return [[Completion(text=f"Write task {params.sample_seed(i)}.\n```python\nx = 1\n```",
+        return [[Completion(text=f"Write task {params.sample_seed(i)}.\n\n\nSure! ```python\nx = 1```",
                             finish_reason="stop" if i % 2 == 0 else "length")
                  for i in range(params.n)] for _ in prompts]
 
@@ -56,7 +56,9 @@ def test_runs():
 
 def test_extract_request():
     assert extract_request("  How do I X?\n```py\ncode", ["```"]) == "How do I X?"
-    assert extract_request("Para one.\n\nPara two.", ["```"]) == "Para one.\n\nPara two."
+    assert extract_request("Para one.\n\nPara two.\n\n\nAnswer", MineConfig().request_stop) == \
+        "Para one.\n\nPara two."
+    assert "\n\n\n" in MineConfig().stop
 
 
 def test_run_records_template_params_and_replayable_seeds():
@@ -84,7 +86,7 @@ def test_run_records_template_params_and_replayable_seeds():
     assert a3.seed - a0.seed == 3
     assert "<|im_end|>" in a0.stop
     assert rows["a|Go|000003"]["instruction"] == f"Write task {a3.seed}."
-    assert rows["a|Go|000003"]["raw"].startswith(f"Write task {a3.seed}.\n```python")
+    assert rows["a|Go|000003"]["raw"].startswith(f"Write task {a3.seed}.\n\n\nSure!")
     assert rows["a|Go|000003"]["instruction_id"] == instruction_id(f"Write task {a3.seed}.")
     assert {r["finish_reason"] for r in rows.values()} == {"stop", "length"}
     assert json.loads(rows["b|Go|000001"]["sample_params"])["seed"] != a0.seed + 1
