@@ -18,6 +18,7 @@ import subprocess
 import tempfile
 import time
 from dataclasses import dataclass
+from typing import Any
 
 from pipeline.sandbox import launcher
 from pipeline.sandbox.cgroups import SlotCgroup
@@ -58,7 +59,9 @@ class _Server:
     ctl_w: int
     verdict_r: int
     info_r: int
+    stderr: Any  # a temporary file: bubblewrap's and the harness's own errors
     jobs: int = 0
+    ready: bool = False
 
 
 class SandboxWorker:
@@ -69,7 +72,8 @@ class SandboxWorker:
         self.cfg, self.mode, self.slot, self.cgroup = cfg, mode, slot, cgroup
         self._seccomp_hex = seccomp_hex
         self._server: _Server | None = None
-        self._stderr = tempfile.TemporaryFile()  # noqa: SIM115 - lives as long as the worker
+        # per_exec: the sandbox for the next job starts while the current job runs
+        self._spare: _Server | None = None
         self._workdir = tempfile.mkdtemp(prefix="arenaforge-sbx-") if mode == MODE_DEGRADED else None
         layers = ["rlimit_as", "rlimit_cpu", "rlimit_nproc", "rlimit_fsize", "rlimit_nofile"]
         if seccomp_hex:
@@ -78,17 +82,28 @@ class SandboxWorker:
             layers += [f"uid:{slot.uid}", "bwrap", "job_namespaces"]
         if cgroup is not None:
             layers += ["cgroup_memory", "cgroup_pids"]
-            cgroup.set_pids_max(cfg.max_procs + 8)
+            cgroup.set_pids_max(cfg.max_procs + 16)  # + two sandboxes' own processes
         self.limits = tuple(layers)
 
     # -- server lifecycle ---------------------------------------------------------------------
 
     def start(self) -> None:
-        """Start a sandbox now (the pool does this to fail fast); no-op when one is running."""
+        """Have a ready sandbox (the pool calls this first, to fail fast)."""
+        if self._server is not None and self._server.proc.poll() is not None:
+            self._close(self._server)  # died while idle (recycled by the harness, OOM...)
         if self._server is None:
-            self._server = self._spawn()
+            self._server, self._spare = self._spare or self._launch(), None
+        if not self._server.ready:
+            try:
+                self._await_ready(self._server)
+            except SandboxStartError:
+                if self._server.jobs or self.mode != MODE_PER_EXEC:
+                    raise
+                self._server = self._launch()  # a pre-started spare failed: one fresh try
+                self._await_ready(self._server)
 
-    def _spawn(self) -> _Server:
+    def _launch(self) -> _Server:
+        """Start a sandbox without waiting for it (``_await_ready`` does)."""
         ctl_r, ctl_w = os.pipe()
         verdict_r, verdict_w = os.pipe()
         info_r, info_w = os.pipe()
@@ -105,23 +120,25 @@ class SandboxWorker:
             argv = launcher.sandbox_command(hcfg, info_w, self.cfg, procs)
         else:
             argv = launcher.degraded_command(hcfg)
-        self._stderr.seek(0)
-        self._stderr.truncate()
+        stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the server
         try:
             proc = subprocess.Popen(argv, stdin=ctl_r, stdout=subprocess.DEVNULL,
-                                    stderr=self._stderr, pass_fds=(verdict_w, info_w),
+                                    stderr=stderr, pass_fds=(verdict_w, info_w),
                                     env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
         finally:
             for fd in (ctl_r, verdict_w, info_w):
                 os.close(fd)
-        server = _Server(proc, ctl_w, verdict_r, info_r)
-        ready = _read_frame(verdict_r, time.monotonic() + self.cfg.start_timeout_s)
+        return _Server(proc, ctl_w, verdict_r, info_r, stderr)
+
+    def _await_ready(self, server: _Server) -> None:
+        ready = _read_frame(server.verdict_r, time.monotonic() + self.cfg.start_timeout_s)
         if not ready or not ready.get("ready"):
             self._kill(server)
-            self._stderr.seek(0)
-            err = self._stderr.read().decode("utf-8", "replace").strip()[-2000:]
-            raise SandboxStartError(f"sandbox did not start (exit {proc.returncode}): {err}")
-        return server
+            server.stderr.seek(0)
+            err = server.stderr.read().decode("utf-8", "replace").strip()[-2000:]
+            raise SandboxStartError(
+                f"sandbox did not start (exit {server.proc.returncode}): {err}")
+        server.ready = True
 
     def _kill(self, server: _Server) -> None:
         """Kill a sandbox whole: its pid-1 (bwrap's init) takes the namespace down with it."""
@@ -153,14 +170,17 @@ class SandboxWorker:
         except subprocess.TimeoutExpired:
             server.proc.kill()
             server.proc.wait()
+        if not server.stderr.closed:
+            server.stderr.close()
         if self._server is server:
             self._server = None
 
     def close(self) -> None:
-        """Stop the running sandbox, if any (the harness exits when its stdin closes)."""
-        if self._server is not None:
-            self._close(self._server)
-        self._stderr.close()
+        """Stop the sandboxes, if any (the harness exits when its stdin closes)."""
+        for server in (self._server, self._spare):
+            if server is not None:
+                self._close(server)
+        self._spare = None
         if self._workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
@@ -174,8 +194,6 @@ class SandboxWorker:
         if self.cgroup is not None:
             self.cgroup.set_memory_limit((memory_mb + _SERVER_MEMORY_MB) << 20)
         oom_before = self.cgroup.oom_kills() if self.cgroup else 0
-        if self._server is not None and self._server.proc.poll() is not None:
-            self._close(self._server)  # died while idle (recycled by the harness, OOM...)
         self.start()
         server = self._server
         frame = marshal.dumps({
@@ -185,6 +203,8 @@ class SandboxWorker:
         try:
             os.write(server.ctl_w, struct.pack(">I", len(frame)))
             _write_all(server.ctl_w, frame)
+            if self.mode == MODE_PER_EXEC and self._spare is None:
+                self._spare = self._launch()
             verdict = _read_frame(server.verdict_r, time.monotonic() + timeout_s + _GRACE_S)
         except OSError:
             verdict = None
