@@ -26,7 +26,7 @@ _LOCK = threading.Lock()
 
 
 class _TimedBackend:
-    """Forwards to a backend and adds the seconds spent in model calls to the context."""
+    """Forwards to a backend; adds model seconds and request-cache hits to the context."""
 
     def __init__(self, inner: Any, ctx: RunContext):
         self._inner, self._ctx = inner, ctx
@@ -34,12 +34,20 @@ class _TimedBackend:
     def __getattr__(self, name: str) -> Any:
         return getattr(self._inner, name)
 
+    def _stats(self) -> dict[str, int]:
+        stats = getattr(self._inner, "cache_stats", None)
+        return stats() if callable(stats) else {}
+
     def _timed(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        before = self._stats()
         start = time.perf_counter()
         try:
             return getattr(self._inner, method)(*args, **kwargs)
         finally:
             self._ctx.model_seconds += time.perf_counter() - start
+            after = self._stats()
+            for key in ("hits", "misses"):
+                self._ctx.cache[key] += after.get(key, 0) - before.get(key, 0)
 
     def complete(self, *args: Any, **kwargs: Any) -> Any:
         return self._timed("complete", *args, **kwargs)
@@ -57,6 +65,7 @@ class RunContext:
         self.seed = config.seed
         self.threads = threads or max(1, os.cpu_count() or 1)
         self.model_seconds = 0.0
+        self.cache = {"hits": 0, "misses": 0}  # request-cache counts of this shard
         self.progress_rows = 0
 
     def __getstate__(self) -> dict[str, Any]:

@@ -65,13 +65,17 @@ class Progress:
 
 def funnel_table(funnel: list[dict[str, Any]], seconds: float | None = None) -> Table:
     table = Table(title="funnel" + (f" ({seconds:.1f} s)" if seconds is not None else ""))
-    for col in ("stage", "rows in", "kept", "dropped (by reason)", "model s", "other s"):
+    for col in ("stage", "rows in", "kept", "dropped (by reason)", "model s", "other s",
+                "cache hits"):
         table.add_column(col, justify="left" if col.startswith(("stage", "dropped")) else "right")
     for row in funnel:
         dropped = ", ".join(f"{k}={v}" for k, v in sorted(row.get("dropped", {}).items())) or "-"
         model_s = row.get("model_seconds", 0.0)
+        hits, misses = row.get("cache_hits", 0), row.get("cache_misses", 0)
+        cache = f"{hits}/{hits + misses}" if hits + misses else "-"
         table.add_row(row["stage"], str(row["rows_in"]), str(row["rows_out"]), dropped,
-                      f"{model_s:.1f}", f"{max(row.get('seconds', 0.0) - model_s, 0.0):.1f}")
+                      f"{model_s:.1f}", f"{max(row.get('seconds', 0.0) - model_s, 0.0):.1f}",
+                      cache)
     return table
 
 

@@ -148,6 +148,9 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         "dropped": dict(reasons),
         "seconds": sum(m["seconds"] for m in ordered),
         "model_seconds": sum(m.get("model_seconds", 0.0) for m in ordered),
+        # requests answered from the cache in the attempt that wrote each shard
+        "cache_hits": sum(m.get("cache_hits", 0) for m in ordered),
+        "cache_misses": sum(m.get("cache_misses", 0) for m in ordered),
         "wall_seconds_last_attempt": wall,
         "stats": dict(extra),
         "executor": executor.name,
@@ -179,8 +182,9 @@ def _write_run_summary(store: RunStore, names: list[str], funnel: list[dict[str,
     dropped = [d for d in dropped if d.num_rows]
     table = pa.concat_tables(dropped) if dropped else DROPPED_SCHEMA.empty_table()
     store.write_artifact("dropped.parquet", table)
-    summary = {row["stage"]: {k: row[k] for k in ("rows_in", "rows_out", "dropped", "seconds",
-                                                  "model_seconds", "stats")} for row in funnel}
+    keys = ("rows_in", "rows_out", "dropped", "seconds", "model_seconds", "cache_hits",
+            "cache_misses", "stats")
+    summary = {row["stage"]: {k: row.get(k) for k in keys} for row in funnel}
     store.write_artifact("stats.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 

@@ -129,6 +129,7 @@ def execute_shard(spec: StageSpec, cfg: StageConfig, ctx: Any, index: int, table
     """Compute shard ``index`` of a stage and commit it; returns the marker written."""
     store = RunStore(ctx.run_dir).stage(spec.name)
     ctx.model_seconds = 0.0
+    ctx.cache = {"hits": 0, "misses": 0}
     start = time.perf_counter()
     result = run_isolating(spec, table, cfg, ctx)
     check_outputs(spec, result.table)
@@ -138,6 +139,8 @@ def execute_shard(spec: StageSpec, cfg: StageConfig, ctx: Any, index: int, table
         "input_rows": table.num_rows,
         "seconds": time.perf_counter() - start,
         "model_seconds": ctx.model_seconds,
+        "cache_hits": ctx.cache["hits"],
+        "cache_misses": ctx.cache["misses"],
         "reasons": dict(Counter(dropped.column("reason").to_pylist())),
         "stats": {k: float(v) for k, v in result.stats.items()},
     }
