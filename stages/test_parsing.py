@@ -320,11 +320,12 @@ def probe_program(test_code: str) -> tuple[str, str] | None:
     """A program that prints what the tested expression returned, for repair feedback.
 
     For a test ending in ``assert EXPR == EXPECTED`` (after optional setup) returns
-    ``(program, EXPR source)``; the program runs the setup and prints ``repr(EXPR)``. ``None``
-    for other shapes. The printed value is only shown to the model, never used as a verdict.
+    ``(program, EXPR source)``; the program runs the setup, prints ``repr(EXPR)`` and ends with
+    ``assert True`` (the sandbox refuses to pass a program that checks nothing). ``None`` for
+    other shapes. The printed value is only shown to the model, never used as a verdict.
 
     >>> probe_program("x = [3, 1]\\nassert sort_list(x) == [1, 3]")
-    ('x = [3, 1]\\nprint(repr(sort_list(x))[:300])', 'sort_list(x)')
+    ('x = [3, 1]\\nprint(repr(sort_list(x))[:300])\\nassert True', 'sort_list(x)')
     """
     tree = _parse(test_code)
     if tree is None or not tree.body or not isinstance(tree.body[-1], ast.Assert):
@@ -334,4 +335,4 @@ def probe_program(test_code: str) -> tuple[str, str] | None:
         return None
     expr = ast.unparse(test.left)
     setup = [ast.unparse(s) for s in tree.body[:-1]]
-    return "\n".join([*setup, f"print(repr({expr})[:300])"]), expr
+    return "\n".join([*setup, f"print(repr({expr})[:300])", "assert True"]), expr

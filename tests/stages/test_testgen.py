@@ -103,7 +103,7 @@ def test_program_helpers():
     assert strip_main_guard("x = 1\nif __name__ == '__main__':\n    y = input()\nz = 2\n") == \
         "x = 1\nz = 2\n"
     assert probe_program("assert f(1) > 2") is None
-    assert probe_program("assert f(1) == 2") == ("print(repr(f(1))[:300])", "f(1)")
+    assert probe_program("assert f(1) == 2") == ("print(repr(f(1))[:300])\nassert True", "f(1)")
 
 
 def test_conversation_shows_signature_not_answers():
