@@ -97,9 +97,9 @@ class SandboxWorker:
             try:
                 self._await_ready(self._server)
             except SandboxStartError:
-                if self._server.jobs or self.mode != MODE_PER_EXEC:
+                if self.mode != MODE_PER_EXEC:
                     raise
-                self._server = self._launch()  # a pre-started spare failed: one fresh try
+                self._server = self._launch()  # a pre-started spare may have failed: retry once
                 self._await_ready(self._server)
 
     def _launch(self) -> _Server:
@@ -133,9 +133,9 @@ class SandboxWorker:
     def _await_ready(self, server: _Server) -> None:
         ready = _read_frame(server.verdict_r, time.monotonic() + self.cfg.start_timeout_s)
         if not ready or not ready.get("ready"):
-            self._kill(server)
             server.stderr.seek(0)
             err = server.stderr.read().decode("utf-8", "replace").strip()[-2000:]
+            self._kill(server)
             raise SandboxStartError(
                 f"sandbox did not start (exit {server.proc.returncode}): {err}")
         server.ready = True

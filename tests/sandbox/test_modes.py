@@ -158,3 +158,14 @@ def test_a_pool_refuses_to_be_pickled(any_pool):
 
     with pytest.raises(TypeError, match="from_config"):
         pickle.dumps(any_pool)
+
+
+@pytest.mark.parametrize("mode", ["forkserver", "per_exec"])
+def test_a_sandbox_that_cannot_start_fails_the_pool_with_its_stderr(monkeypatch, mode):
+    from pipeline.sandbox import launcher
+    from pipeline.sandbox.worker import SandboxStartError
+
+    monkeypatch.setattr(launcher, "sandbox_command",
+                        lambda *a, **k: ["/bin/sh", "-c", "echo bwrap: no permission >&2; exit 3"])
+    with pytest.raises(SandboxStartError, match="bwrap: no permission"):
+        SandboxPool(SandboxConfig(mode=mode, workers=1, uid_base=UID_BASE + 90), mode)
