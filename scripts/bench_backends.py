@@ -24,9 +24,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.backends import SamplingParams, create_backend  # noqa: E402
-from pipeline.backends.llamacpp import llama_sampling_kwargs  # noqa: E402
-from pipeline.models import ModelNotInstalledError, load_registry  # noqa: E402
+from pipeline.backends import SamplingParams, create_backend
+from pipeline.backends.llamacpp import llama_sampling_kwargs
+from pipeline.models import ModelNotInstalledError, load_registry
 
 TASKS = ["Write a Python function that checks whether a string is a palindrome.",
          "Write a Python function that merges two sorted lists into one sorted list.",

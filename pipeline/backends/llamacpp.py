@@ -20,17 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.backends.base import (
-    Completion,
-    Conversation,
-    SamplingParams,
-    merged_stop,
-)
-from pipeline.backends.chat_template import (
-    ChatTemplateError,
-    chat_by_rendering,
-    render_chat_template,
-)
+from pipeline.backends.base import Completion, SamplingParams
+from pipeline.backends.rendered_chat import RenderedChat, add_bos
 
 log = logging.getLogger(__name__)
 
@@ -103,7 +94,7 @@ def model_params_override(use_extra_bufts: bool) -> Iterator[None]:
             llama_module.llama_cpp.llama_model_default_params = original
 
 
-class LlamaCppBackend:
+class LlamaCppBackend(RenderedChat):
     """llama-cpp-python backend.
 
     Args:
@@ -149,43 +140,16 @@ class LlamaCppBackend:
         return self.llm._model.token_get_text(token)  # what llama-cpp-python itself renders with
 
     # -- prompts -------------------------------------------------------------------------------
-    def chat_template(self) -> str | None:
-        """The Jinja chat template (GGUF metadata unless overridden), ``None`` for base models."""
-        return self._template
-
-    def apply_chat_template(self, messages: Conversation,
-                            add_generation_prompt: bool = True) -> str:
-        """Render messages with the model's template, BOS included when the template emits it."""
-        if self._template is None:
-            raise ChatTemplateError(f"model {self.model_id!r} has no chat template "
-                                    "(a base model); use complete() with raw text")
-        return render_chat_template(self._template, messages,
-                                    add_generation_prompt=add_generation_prompt,
-                                    bos_token=self._bos, eos_token=self._eos)
-
     def tokenize(self, text: str) -> list[int]:
         """Token ids of ``text``; special-token text (``<|im_start|>``) maps to its id."""
         return self.llm.tokenize(text.encode("utf-8"), add_bos=False, special=True)
 
     def _prompt_tokens(self, prompt: str) -> list[int]:
-        # A template that writes the BOS text itself must not get a second BOS from the
-        # tokenizer; otherwise let the model's own add-BOS setting decide.
-        has_bos = bool(self._bos) and prompt.startswith(self._bos)
-        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=not has_bos, special=True)
+        # add_bos=True lets the model's own add-BOS setting decide.
+        return self.llm.tokenize(prompt.encode("utf-8"), add_bos=add_bos(prompt, self._bos),
+                                 special=True)
 
     # -- generation ----------------------------------------------------------------------------
-    def complete(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
-        """Raw text completion (Magpie mining): stops only on ``params.stop`` and end-of-text."""
-        return self._generate(list(prompts), params, list(params.stop))
-
-    def chat(self, conversations: list[Conversation],
-             params: SamplingParams) -> list[list[Completion]]:
-        """Chat: render each conversation, then complete it; also stops on the model's stops."""
-        stop = merged_stop(params, self._stop)
-        return chat_by_rendering(self.apply_chat_template,
-                                 lambda prompts: self._generate(prompts, params, stop),
-                                 conversations, params.n)
-
     def _generate(self, prompts: list[str], params: SamplingParams,
                   stop: list[str]) -> list[list[Completion]]:
         # One sequence at a time (see module docstring); sample i of n uses seed + i.

@@ -11,19 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.backends.base import (
-    Completion,
-    Conversation,
-    SamplingParams,
-    merged_stop,
-    truncate_at_stop,
-)
-from pipeline.backends.chat_template import (
-    ChatTemplateError,
-    chat_by_rendering,
-    render_chat_template,
-    template_from_hf_dir,
-)
+from pipeline.backends.base import Completion, SamplingParams, truncate_at_stop
+from pipeline.backends.chat_template import template_from_hf_dir
+from pipeline.backends.rendered_chat import RenderedChat, add_bos
 
 
 def generate_kwargs(params: SamplingParams) -> dict[str, Any]:
@@ -55,7 +45,7 @@ def parse_generation(text: str, new_token_ids: Sequence[int], eos_ids: Sequence[
                       completion_tokens=len(new_token_ids))
 
 
-class TransformersBackend:
+class TransformersBackend(RenderedChat):
     """``AutoModelForCausalLM`` over a local directory.
 
     Args:
@@ -84,14 +74,15 @@ class TransformersBackend:
         self.model.to(device).eval()
         self._device = device
         self._template = chat_template or template_from_hf_dir(model_dir)
+        self._bos = self.tokenizer.bos_token or ""
+        self._eos = self.tokenizer.eos_token or ""
         eos = self.model.generation_config.eos_token_id
         self._eos_ids = [eos] if isinstance(eos, int) else list(eos or [])
 
     def _generate_one(self, prompt: str, params: SamplingParams, seed: int | None,
                       stop: list[str]) -> Completion:
-        bos = self.tokenizer.bos_token
-        add_special = not (bos and prompt.startswith(bos))
-        inputs = self.tokenizer(prompt, return_tensors="pt", add_special_tokens=add_special)
+        inputs = self.tokenizer(prompt, return_tensors="pt",
+                                add_special_tokens=add_bos(prompt, self._bos))
         inputs = inputs.to(self._device)
         if seed is not None:
             self._torch.manual_seed(seed)
@@ -117,30 +108,6 @@ class TransformersBackend:
                     row.append(Completion.failed(f"{type(exc).__name__}: {exc}"))
             results.append(row)
         return results
-
-    def complete(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
-        """Raw completion."""
-        return self._generate(list(prompts), params, list(params.stop))
-
-    def chat(self, conversations: list[Conversation],
-             params: SamplingParams) -> list[list[Completion]]:
-        """Chat through the directory's chat template."""
-        stop = merged_stop(params, self._stop)
-        return chat_by_rendering(self.apply_chat_template,
-                                 lambda prompts: self._generate(prompts, params, stop),
-                                 conversations, params.n)
-
-    def chat_template(self) -> str | None:
-        return self._template
-
-    def apply_chat_template(self, messages: Conversation,
-                            add_generation_prompt: bool = True) -> str:
-        if self._template is None:
-            raise ChatTemplateError(f"model {self.model_id!r} has no chat template")
-        return render_chat_template(self._template, messages,
-                                    add_generation_prompt=add_generation_prompt,
-                                    bos_token=self.tokenizer.bos_token or "",
-                                    eos_token=self.tokenizer.eos_token or "")
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

@@ -9,12 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.backends.base import BackendError, Completion, Conversation, SamplingParams, merged_stop
-from pipeline.backends.chat_template import (
-    ChatTemplateError,
-    chat_by_rendering,
-    render_chat_template,
-)
+from pipeline.backends.base import BackendError, Completion, SamplingParams
+from pipeline.backends.rendered_chat import RenderedChat, add_bos
 
 
 def vllm_sampling_kwargs(params: SamplingParams, seed: int | None,
@@ -44,7 +40,7 @@ def parse_request_output(output: Any) -> Completion:
                       prompt_tokens=prompt_tokens, completion_tokens=len(sample.token_ids))
 
 
-class VllmBackend:
+class VllmBackend(RenderedChat):
     """Offline vLLM engine.
 
     Each of the ``n`` samples of a prompt is its own request with seed ``seed + i`` (vLLM's
@@ -78,43 +74,20 @@ class VllmBackend:
         self.llm = vllm.LLM(model=model, max_model_len=n_ctx, seed=seed, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._template = chat_template or getattr(self.tokenizer, "chat_template", None)
+        self._bos = self.tokenizer.bos_token or ""
+        self._eos = self.tokenizer.eos_token or ""
 
-    def _generate(self, prompts: list[Any], params: SamplingParams,
+    def _generate(self, prompts: list[str], params: SamplingParams,
                   stop: list[str]) -> list[list[Completion]]:
-        requests = [p for p in prompts for _ in range(params.n)]
+        # Token ids, not text: vLLM would add a BOS to a template that already wrote one.
+        ids = [self.tokenizer.encode(p, add_special_tokens=add_bos(p, self._bos)) for p in prompts]
+        requests = [{"prompt_token_ids": t} for t in ids for _ in range(params.n)]
         sampling = [self._vllm.SamplingParams(**vllm_sampling_kwargs(params, params.sample_seed(i),
                                                                      stop))
                     for _ in prompts for i in range(params.n)]
         outputs = self.llm.generate(requests, sampling, use_tqdm=False)
         flat = [parse_request_output(o) for o in outputs]
         return [flat[k * params.n:(k + 1) * params.n] for k in range(len(prompts))]
-
-    def complete(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
-        """Raw completion."""
-        return self._generate(list(prompts), params, list(params.stop))
-
-    def chat(self, conversations: list[Conversation],
-             params: SamplingParams) -> list[list[Completion]]:
-        """Chat: rendered with the template, tokenised without a second BOS."""
-        stop = merged_stop(params, self._stop)
-        return chat_by_rendering(
-            self.apply_chat_template,
-            lambda texts: self._generate([{"prompt_token_ids": self.tokenize(t)} for t in texts],
-                                         params, stop),
-            conversations, params.n)
-
-    def chat_template(self) -> str | None:
-        return self._template
-
-    def apply_chat_template(self, messages: Conversation,
-                            add_generation_prompt: bool = True) -> str:
-        """Render with the same Jinja environment as every other backend."""
-        if self._template is None:
-            raise ChatTemplateError(f"model {self.model_id!r} has no chat template")
-        return render_chat_template(self._template, messages,
-                                    add_generation_prompt=add_generation_prompt,
-                                    bos_token=self.tokenizer.bos_token or "",
-                                    eos_token=self.tokenizer.eos_token or "")
 
     def tokenize(self, text: str) -> list[int]:
         return list(self.tokenizer.encode(text, add_special_tokens=False))

@@ -237,9 +237,8 @@ def weights_fingerprint(spec: ModelSpec) -> str:
 
 
 def _resolve(spec: ModelSpec, verify: bool) -> tuple[Path, str]:
-    if spec.backend == "openai":
-        if spec.path is None:
-            raise ValueError(f"model {spec.id!r} is served at {spec.base_url}; no local weights")
+    if spec.backend == "openai" and spec.path is None:
+        raise ValueError(f"model {spec.id!r} is served at {spec.base_url}; no local weights")
     if spec.path is not None:
         path = Path(os.path.expandvars(spec.path)).expanduser()
         if not path.exists():

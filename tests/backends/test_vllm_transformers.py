@@ -42,6 +42,44 @@ def test_vllm_missing_is_a_clear_error(monkeypatch, tmp_path):
         create_backend(spec)
 
 
+class _FakeTokenizer:
+    bos_token, eos_token = "<s>", "</s>"
+    chat_template = "{{ bos_token }}{% for m in messages %}[{{ m.content }}]{% endfor %}"
+
+    def encode(self, text, add_special_tokens=True):
+        return ([1] if add_special_tokens else []) + [ord(ch) for ch in text]
+
+
+class _FakeLLM:
+    """Stands in for ``vllm.LLM`` (pure request-building logic; vLLM itself needs a GPU)."""
+
+    def __init__(self, model, max_model_len, seed):
+        self.requests = []
+
+    def get_tokenizer(self):
+        return _FakeTokenizer()
+
+    def generate(self, requests, sampling, use_tqdm):
+        self.requests += list(zip(requests, sampling, strict=True))
+        return [_request_output(f"seed={s['seed']}", "stop", len(r["prompt_token_ids"]))
+                for r, s in zip(requests, sampling, strict=True)]
+
+
+def test_vllm_backend_builds_one_request_per_sample(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=_FakeLLM, SamplingParams=dict))
+    spec = ModelSpec(id="big", backend="vllm", family="x", path=str(tmp_path))
+    backend = create_backend(spec)
+    out = backend.complete(["ab", "c"], SamplingParams(n=2, seed=4))
+    assert [[c.text for c in row] for row in out] == [["seed=4", "seed=5"], ["seed=4", "seed=5"]]
+    assert out[0][0].prompt_tokens == 3  # BOS + 2 characters
+    [[reply], [bad]] = backend.chat([[{"role": "user", "content": "hi"}], [{"role": "user"}]],
+                                    SamplingParams())
+    request, _ = backend.llm.requests[-1]
+    assert request["prompt_token_ids"][0] != 1  # the template wrote <s>: no second BOS
+    assert bad.finish_reason == "error" and "messages[0]" in bad.error
+    assert reply.error is None
+
+
 # -- transformers ---------------------------------------------------------------------------------
 def test_generate_kwargs():
     assert generate_kwargs(SamplingParams(max_tokens=3)) == {"max_new_tokens": 3,
