@@ -10,6 +10,7 @@ import textwrap
 import time
 from pathlib import Path
 
+import pytest
 from conftest import UID_BASE, processes_of_uids, read_proc, requires_isolation
 
 from pipeline.sandbox import PASSED, Job, SandboxConfig, SandboxPool
@@ -64,6 +65,7 @@ def _zombie_children() -> list[int]:
             if stat.rsplit(")", 1)[1].split()[:2] == ["Z", me]]
 
 
+@pytest.mark.slow  # ~15 s on 2 busy cores
 @requires_isolation
 def test_a_thousand_jobs_leave_no_zombies_and_no_leaked_descriptors():
     cfg = SandboxConfig(workers=2, uid_base=UID_BASE + 60, recycle_after=150)
