@@ -33,7 +33,13 @@ from pydantic import Field
 from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from stages.test_parsing import extract_program, probe_program
 from stages.verify import (
-    PASSED, Verdict, VerifyConfig, trusted_tests, execute, verdict_columns, with_columns,
+    PASSED,
+    Verdict,
+    VerifyConfig,
+    execute,
+    trusted_tests,
+    verdict_columns,
+    with_columns,
 )
 
 PROMPTS = Path(__file__).resolve().parent.parent / "pipeline" / "prompts"
@@ -77,7 +83,8 @@ def feedback_text(v: Verdict | None, parse_error: str | None = None,
     if v.stderr_tail.strip():
         output += f"\nStandard error:\n```\n{v.stderr_tail.strip()[-1500:]}\n```\n"
     text = load_prompt("repair_feedback")
-    for key, value in (("{tests_passed}", str(v.tests_passed)), ("{tests_total}", str(v.tests_total)),
+    for key, value in (("{tests_passed}", str(v.tests_passed)),
+                       ("{tests_total}", str(v.tests_total)),
                        ("{failed_test}", v.failed_test or "(none)"),
                        ("{error_class}", v.error_class or v.status),
                        ("{error}", (v.error_message or v.status).strip()[-2000:]),
@@ -92,12 +99,14 @@ def _verdict_from_row(row: dict) -> Verdict:
                    row["stdout_tail"] or "", row["stderr_tail"] or "", row["duration_s"] or 0.0)
 
 
-def _probe(pool: Any, items: list[tuple[str, Verdict]], limits: dict) -> list[tuple[str, str] | None]:
+def _probe(pool: Any, items: list[tuple[str, Verdict]],
+           limits: dict) -> list[tuple[str, str] | None]:
     """What the failing test's expression returned, per (code, verdict); sandboxed."""
     programs = [probe_program(v.failed_test) if v.failed_test and v.error_class == "assertion"
                 else None for _, v in items]
     todo = [i for i, p in enumerate(programs) if p is not None]
-    results = execute(pool, [(items[i][0], [programs[i][0]]) for i in todo], **limits) if todo else []
+    jobs = [(items[i][0], [programs[i][0]]) for i in todo]
+    results = execute(pool, jobs, **limits) if todo else []
     out: list[tuple[str, str] | None] = [None] * len(items)
     for i, res in zip(todo, results):
         if res.status == PASSED and res.stdout_tail.strip():
@@ -127,13 +136,15 @@ def repair_loop(targets: list[dict], tests: dict[str, list[str]], backend_for: A
     state = []
     for t in targets:
         verdict = _verdict_from_row(t)
-        state.append(dict(rounds=0, repaired=False, response=t["response"], code=t["code"],
-                          verdict=verdict, last=verdict, last_code=t["code"], parse_error=None,
-                          trajectory=[dict(round=0, response=t["response"], code=t["code"],
-                                           **_verdict_dict(verdict))],
-                          conversation=[{"role": "system", "content": load_prompt("repair_system")},
-                                        {"role": "user", "content": t["instruction"]},
-                                        {"role": "assistant", "content": t["response"] or ""}]))
+        conversation = [{"role": "system", "content": load_prompt("repair_system")},
+                        {"role": "user", "content": t["instruction"]},
+                        {"role": "assistant", "content": t["response"] or ""}]
+        original = {"round": 0, "response": t["response"], "code": t["code"],
+                    **_verdict_dict(verdict)}
+        state.append({"rounds": 0, "repaired": False, "response": t["response"],
+                      "code": t["code"], "verdict": verdict, "last": verdict,
+                      "last_code": t["code"], "parse_error": None, "trajectory": [original],
+                      "conversation": conversation})
     for k in range(1, cfg.max_rounds + 1):
         active = [i for i, s in enumerate(state) if not s["repaired"]]
         if not active:
@@ -163,8 +174,8 @@ def repair_loop(targets: list[dict], tests: dict[str, list[str]], backend_for: A
             code, error = parsed[i]
             s["rounds"] = k
             s["conversation"].append({"role": "assistant", "content": reply.text})
-            step = dict(round=k, feedback=s["feedback"], response=reply.text, code=code,
-                        parse_error=error)
+            step = {"round": k, "feedback": s["feedback"], "response": reply.text,
+                    "code": code, "parse_error": error}
             if code is None:
                 s["parse_error"] = error
                 step.update(status=None)
@@ -180,14 +191,15 @@ def repair_loop(targets: list[dict], tests: dict[str, list[str]], backend_for: A
 
 
 def _verdict_dict(v: Verdict) -> dict:
-    return dict(status=v.status, tests_passed=v.tests_passed, tests_total=v.tests_total,
-                error_class=v.error_class, error_message=v.error_message)
+    return {"status": v.status, "tests_passed": v.tests_passed, "tests_total": v.tests_total,
+            "error_class": v.error_class, "error_message": v.error_message}
 
 
 def _limits(cfg: RepairConfig, ctx: StageContext) -> dict:
     verify_cfg = getattr(ctx.config, "verify", None) or VerifyConfig()
-    return dict(timeout_s=cfg.timeout_s or verify_cfg.timeout_s,
-                memory_mb=cfg.memory_mb or verify_cfg.memory_mb, fail_fast=verify_cfg.fail_fast)
+    return {"timeout_s": cfg.timeout_s or verify_cfg.timeout_s,
+            "memory_mb": cfg.memory_mb or verify_cfg.memory_mb,
+            "fail_fast": verify_cfg.fail_fast}
 
 
 def run(table: pa.Table, cfg: RepairConfig, ctx: StageContext) -> StageResult:

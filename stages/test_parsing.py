@@ -78,7 +78,8 @@ def extract_program(text: str | None) -> tuple[str | None, str | None]:
     try:
         ast.parse(code)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
-        return None, f"code does not parse: {getattr(exc, 'msg', exc)} (line {getattr(exc, 'lineno', '?')})"
+        where = f"line {getattr(exc, 'lineno', '?')}"
+        return None, f"code does not parse: {getattr(exc, 'msg', exc)} ({where})"
     return code, None
 
 
@@ -125,7 +126,7 @@ def _public_defs(tree: ast.Module) -> dict[str, str]:
                 called.add(sub.id)
     out = {}
     for name, node in defs.items():
-        if name in called or name.startswith("_") or name == "main" or name.startswith("test"):
+        if name in called or name.startswith(("_", "test")) or name == "main":
             continue
         if isinstance(node, ast.ClassDef):
             out[name] = f"class {name}"
@@ -143,7 +144,8 @@ def find_entry_point(codes: Sequence[str | None]) -> EntryPoint | None:
     names. The name defined by most candidates wins (ties: first seen); its signature is taken
     from the first candidate that defines it.
 
-    >>> find_entry_point(["def helper(x):\\n    return x\\ndef solve(a, b=2):\\n    return helper(a)",
+    >>> find_entry_point(["def helper(x):\\n    return x\\n"
+    ...                   "def solve(a, b=2):\\n    return helper(a)",
     ...                   "def solve(a, b):\\n    return a", None, "not python("])
     EntryPoint(name='solve', signature='def solve(a, b=2)', votes=2)
     """
@@ -247,7 +249,8 @@ def _tests_in_body(body: Sequence[ast.stmt], entry: str, known: set[str]) -> lis
 
 
 def _is_print(node: ast.expr) -> bool:
-    return isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "print"
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+            and node.func.id == "print")
 
 
 def _scopes(tree: ast.Module, entry: str) -> list[list[ast.stmt]]:
@@ -287,8 +290,8 @@ def extract_tests(text: str | None, entry_point: str, max_tests: int | None = No
         entry_point: the function or class the tests must call.
         max_tests: keep at most this many.
 
-    >>> extract_tests("```python\\nassert add(1, 2) == 3\\nassert add(0, 0) == 0\\nprint('ok')\\n```",
-    ...               "add")
+    >>> extract_tests("```python\\nassert add(1, 2) == 3\\nassert add(0, 0) == 0\\n"
+    ...               "print('ok')\\n```", "add")
     ParsedTests(tests=('assert add(1, 2) == 3', 'assert add(0, 0) == 0'), parse_error=None)
     >>> extract_tests("I cannot help with that.", "add")
     ParsedTests(tests=(), parse_error='no assert calling add found')
@@ -331,7 +334,8 @@ def probe_program(test_code: str) -> tuple[str, str] | None:
     if tree is None or not tree.body or not isinstance(tree.body[-1], ast.Assert):
         return None
     test = tree.body[-1].test
-    if not (isinstance(test, ast.Compare) and len(test.ops) == 1 and isinstance(test.ops[0], ast.Eq)):
+    if not (isinstance(test, ast.Compare) and len(test.ops) == 1
+            and isinstance(test.ops[0], ast.Eq)):
         return None
     expr = ast.unparse(test.left)
     setup = [ast.unparse(s) for s in tree.body[:-1]]

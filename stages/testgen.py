@@ -116,9 +116,9 @@ def cross_check(tests: list[dict], models: list[str], passes: list[list[bool]]) 
 
 def _rows_for_instruction(iid: str, entry: EntryPoint | None, authors: list[str],
                           written: dict[str, tuple[ParsedTests, str]]) -> list[dict]:
-    base = dict(instruction_id=iid, entry_point=entry.name if entry else None,
-                signature=entry.signature if entry else None, survived=False, passed_by=[],
-                consensus=[], no_tests=True)
+    base = {"instruction_id": iid, "entry_point": entry.name if entry else None,
+            "signature": entry.signature if entry else None, "survived": False,
+            "passed_by": [], "consensus": [], "no_tests": True}
     if entry is None:
         return [dict(base, author=a, test_idx=-1, test_code=None, reason=NO_ENTRY_POINT,
                      raw=None, parse_error=None) for a in authors]

@@ -160,7 +160,8 @@ def execute(pool: Any, items: Sequence[tuple[str | None, Sequence[str]]], *, tim
 def trusted_tests(tests: pa.Table) -> dict[str, list[str]]:
     """The surviving tests of the ``tests`` stage per instruction, ordered by author and index."""
     out: dict[str, list[str]] = defaultdict(list)
-    rows = tests.select(["instruction_id", "author", "test_idx", "test_code", "survived"]).to_pylist()
+    rows = tests.select(["instruction_id", "author", "test_idx", "test_code", "survived"])
+    rows = rows.to_pylist()
     rows.sort(key=lambda r: (r["instruction_id"], r["author"] or "", r["test_idx"]))
     for r in rows:
         if r["survived"] and r["test_code"]:
@@ -170,7 +171,8 @@ def trusted_tests(tests: pa.Table) -> dict[str, list[str]]:
 
 def _select(rows: list[dict], verdicts: list[Verdict], rate: dict, cfg: VerifyConfig) -> list[dict]:
     """Per-row selection columns (``judge_winner, final_score, selected, flipped``)."""
-    out = [dict(judge_winner=False, final_score=None, selected=False, flipped=False) for _ in rows]
+    out = [{"judge_winner": False, "final_score": None, "selected": False, "flipped": False}
+           for _ in rows]
     by_instruction: dict[str, list[int]] = defaultdict(list)
     for i, row in enumerate(rows):
         by_instruction[row["instruction_id"]].append(i)
@@ -215,7 +217,8 @@ def verdict_columns(verdicts: Sequence[Verdict]) -> dict[str, pa.Array]:
             for f in VERDICT_SCHEMA}
 
 
-def verify_stats(rows: list[dict], verdicts: Sequence[Verdict], sel: list[dict]) -> dict[str, float]:
+def verify_stats(rows: list[dict], verdicts: Sequence[Verdict],
+                 sel: list[dict]) -> dict[str, float]:
     """Per-model pass rates and the judge-vs-execution counters of the run."""
     stats: dict[str, float] = defaultdict(float)
     no_tests, winners_failed = set(), 0

@@ -72,15 +72,17 @@ def pool():
 def verify_rows():
     """Verify output for three instructions: i1's winner failed, i2's passed, i3 untested."""
     def row(iid, model, code, status, passed, total, selected, **kw):
-        base = dict(instruction_id=iid, instruction="Write add(a, b) that adds two ints.",
-                    model=model, response=fence(code) if code else "no code", code=code,
-                    status=status, tests_passed=passed, tests_total=total,
-                    error_class="assertion" if status == "failed" else None,
-                    error_message="<tests> line 1, in <module>: assert add(1, 2) == 3\n"
-                    "AssertionError: " if status == "failed" else None,
-                    failed_test=TESTS[0] if status == "failed" else None, stdout_tail="",
-                    stderr_tail="", duration_s=0.01, judge_winner=selected, final_score=0.5,
-                    selected=selected, selection_rule="judge", flipped=False)
+        failed = status == "failed"
+        base = {"instruction_id": iid, "instruction": "Write add(a, b) that adds two ints.",
+                "model": model, "response": fence(code) if code else "no code", "code": code,
+                "status": status, "tests_passed": passed, "tests_total": total,
+                "error_class": "assertion" if failed else None,
+                "error_message": ("<tests> line 1, in <module>: assert add(1, 2) == 3\n"
+                                  "AssertionError: ") if failed else None,
+                "failed_test": TESTS[0] if failed else None, "stdout_tail": "",
+                "stderr_tail": "", "duration_s": 0.01, "judge_winner": selected,
+                "final_score": 0.5, "selected": selected, "selection_rule": "judge",
+                "flipped": False}
         return {**base, **kw}
     return pa.Table.from_pylist([
         row("i1", "m1", WRONG, "failed", 0, 3, True),
@@ -92,9 +94,10 @@ def verify_rows():
 
 
 def make_tests_table():
-    rows = [dict(instruction_id=iid, author="m2", test_idx=k, test_code=t, survived=True,
-                 reason=None, entry_point="add", signature="def add(a, b)", passed_by=[],
-                 consensus=[], no_tests=False, raw="", parse_error=None)
+    rows = [{"instruction_id": iid, "author": "m2", "test_idx": k, "test_code": t,
+             "survived": True, "reason": None, "entry_point": "add",
+             "signature": "def add(a, b)", "passed_by": [], "consensus": [], "no_tests": False,
+             "raw": "", "parse_error": None}
             for iid in ("i1", "i2") for k, t in enumerate(TESTS)]
     return pa.Table.from_pylist(rows, schema=TESTS_SCHEMA)
 
@@ -120,7 +123,8 @@ def test_failing_winner_is_repaired_in_round_two(pool):
     assert steps[2]["status"] == "passed"
     # round 1's feedback: the failing test, the error and what the expression returned
     assert "assert add(1, 2) == 3" in steps[1]["feedback"]
-    assert "AssertionError" in steps[1]["feedback"] and "add(1, 2)` returned: -1" in steps[1]["feedback"]
+    assert "AssertionError" in steps[1]["feedback"]
+    assert "add(1, 2)` returned: -1" in steps[1]["feedback"]
     # round 2 continues the conversation with the re-verified verdict of round 1
     assert "1 of 3 tests passed" in steps[2]["feedback"]
     assert "add(1, 2)` returned: 2" in steps[2]["feedback"]

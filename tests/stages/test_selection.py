@@ -8,8 +8,13 @@ import random
 import pytest
 
 from stages.selection import (
-    CONTRADICTS_CONSENSUS, NO_CANDIDATE_PASSES, NO_CONSENSUS, Candidate, Selection,
-    dual_agreement, select_answer,
+    CONTRADICTS_CONSENSUS,
+    NO_CANDIDATE_PASSES,
+    NO_CONSENSUS,
+    Candidate,
+    Selection,
+    dual_agreement,
+    select_answer,
 )
 
 T, F = True, False
@@ -95,7 +100,7 @@ def test_matches_brute_force(seed):
     assert (trust.survived, trust.score) == (survived, score)
 
 
-def C(model, passed, rate, score, winner=False):  # noqa: N802 - reads like a table row
+def C(model, passed, rate, score, winner=False):
     return Candidate(model, passed, rate, score, winner)
 
 

@@ -9,16 +9,20 @@ import pytest
 
 from pipeline.backends.base import Completion
 from stages.test_parsing import (
-    EntryPoint, extract_program, extract_tests, find_entry_point, probe_program, strip_main_guard,
+    EntryPoint,
+    extract_program,
+    extract_tests,
+    find_entry_point,
+    probe_program,
+    strip_main_guard,
 )
 from stages.testgen import TestGenConfig, build_conversation, run
-
 
 # -- parsing (pure) -------------------------------------------------------------------------------
 
 def test_entry_point_skips_helpers_and_votes():
-    codes = ["import math\ndef _h(x):\n    return x\ndef area(r: float) -> float:\n"
-             "    return math.pi * _h(r) ** 2\n",
+    codes = [("import math\ndef _h(x):\n    return x\ndef area(r: float) -> float:\n"
+             "    return math.pi * _h(r) ** 2\n"),
              "def square(x):\n    return x * x\ndef area(r):\n    return 3.14 * square(r)\n",
              "def circle_area(r):\n    return 3.14 * r * r\n", None, "def broken(:"]
     assert find_entry_point(codes) == EntryPoint("area", "def area(r: float) -> float", 2)
@@ -94,7 +98,8 @@ def test_extract_tests_failure_is_a_value(text, error):
 
 def test_extract_tests_salvages_lines_from_a_cut_reply():
     text = "```python\nassert area(1) == 3.14\nassert area(2) == 12.56\nassert area(3) == (28"
-    assert extract_tests(text, "area").tests == ("assert area(1) == 3.14", "assert area(2) == 12.56")
+    assert extract_tests(text, "area").tests == ("assert area(1) == 3.14",
+                                                  "assert area(2) == 12.56")
 
 
 def test_program_helpers():
@@ -184,7 +189,8 @@ def test_stage_cross_checks_against_all_answers(pool):
     assert (i1["m1", 1]["survived"], i1["m1", 1]["reason"]) == (False, "no_candidate_passes")
     assert i1["m1", 2]["survived"] and i1["m1", 2]["passed_by"] == ["m1", "m2", "m3"]
     # m2 wrote nothing usable: kept as a value with its raw text
-    assert (i1["m2", -1]["reason"], i1["m2", -1]["raw"]) == ("parse_error", "I would test it by hand.")
+    assert (i1["m2", -1]["reason"], i1["m2", -1]["raw"]) == ("parse_error",
+                                                             "I would test it by hand.")
     assert i1["m2", -1]["parse_error"] == "no assert calling add found"
     # m3's first test encodes the wrong answer's behaviour; its second duplicates m1's
     assert (i1["m3", 0]["survived"], i1["m3", 0]["reason"]) == (False, "contradicts_consensus")

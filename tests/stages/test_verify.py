@@ -9,7 +9,16 @@ import pytest
 
 from stages.testgen import TESTS_SCHEMA
 from stages.verify import (
-    ERROR, FAILED, MEMORY, NO_TESTS, PASSED, SKIPPED, TIMEOUT, VerifyConfig, execute, run,
+    ERROR,
+    FAILED,
+    MEMORY,
+    NO_TESTS,
+    PASSED,
+    SKIPPED,
+    TIMEOUT,
+    VerifyConfig,
+    execute,
+    run,
     summarize,
 )
 
@@ -69,8 +78,9 @@ def test_no_tests_and_cheating_answers(pool):
 
 def test_summarize_takes_the_first_failure():
     ok = types.SimpleNamespace(status="passed", passed=True, duration_s=0.1)
-    bad = types.SimpleNamespace(status="failed", passed=False, duration_s=0.2, error_type="assertion",
-                                error_message="boom", stdout_tail="o", stderr_tail="e")
+    bad = types.SimpleNamespace(status="failed", passed=False, duration_s=0.2,
+                                error_type="assertion", error_message="boom", stdout_tail="o",
+                                stderr_tail="e")
     v = summarize(["t0", "t1", "t2"], [ok, bad, ok])
     assert (v.status, v.tests_passed, v.failed_test, v.error_message) == (FAILED, 2, "t1", "boom")
     assert v.pass_rate == pytest.approx(2 / 3) and v.duration_s == pytest.approx(0.4)
@@ -100,10 +110,11 @@ class Ctx:
 
 
 def make_tests_table(rows):
-    full = [dict(author=r[1], test_idx=r[2], instruction_id=r[0], test_code=r[3], survived=r[4],
-                 reason=None if r[4] else "contradicts_consensus", entry_point="add",
-                 signature="def add(a, b)", passed_by=[], consensus=[], no_tests=False, raw="",
-                 parse_error=None) for r in rows]
+    full = [{"instruction_id": iid, "author": author, "test_idx": k, "test_code": code,
+             "survived": ok, "reason": None if ok else "contradicts_consensus",
+             "entry_point": "add", "signature": "def add(a, b)", "passed_by": [],
+             "consensus": [], "no_tests": False, "raw": "", "parse_error": None}
+            for iid, author, k, code, ok in rows]
     return pa.Table.from_pylist(full, schema=TESTS_SCHEMA)
 
 
