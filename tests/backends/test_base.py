@@ -1,5 +1,10 @@
 """SamplingParams, Completion and the stop-string helpers."""
 
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 
 from pipeline.backends.base import Completion, SamplingParams, merged_stop, truncate_at_stop
@@ -70,15 +75,11 @@ def test_failed_completion_is_a_value():
 
 @pytest.mark.parametrize("preset, expected", [(None, "PASSIVE"), ("ACTIVE", "ACTIVE")])
 def test_openmp_wait_policy_defaults_to_passive_before_llama_cpp_loads(preset, expected):
-    import os
-    import subprocess
-    import sys
-
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if preset:
         env["OMP_WAIT_POLICY"] = preset
     code = ("import os; from pipeline.backends import prefer_passive_openmp; "
             "prefer_passive_openmp(); print(os.environ['OMP_WAIT_POLICY'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                         check=True, cwd=str(__import__("pathlib").Path(__file__).parents[2]))
+                         check=True, cwd=Path(__file__).parents[2])
     assert out.stdout.strip() == expected
