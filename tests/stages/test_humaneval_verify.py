@@ -61,16 +61,9 @@ def broken(problem: dict, kind: str) -> str:
     raise ValueError(kind)
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from pipeline.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
-
-    try:
-        p = SandboxPool.from_config(SandboxConfig(workers=2))
-    except SandboxUnavailable as exc:
-        pytest.skip(f"sandbox isolation unavailable here: {exc}")
-    yield p
-    p.close()
+@pytest.fixture()
+def pool(sandbox_pool):
+    return sandbox_pool
 
 
 @pytest.fixture(scope="module")
