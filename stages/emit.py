@@ -1,9 +1,11 @@
 """Stage ``emit``: the verified SFT dataset and its card.
 
-Input (the ``verify`` output, one row per (instruction, model)): ``instruction_id,
-instruction, model, response, status, tests_passed, selected`` and, when upstream provides
-them, ``judge_score, final_score, elo, difficulty`` (``difficulty`` is joined from the
-``difficulty`` stage when ``verify`` does not carry it).
+Input (the ``repair`` output: ``verify``'s rows with repaired answers re-verified, one row per
+(instruction, model)): ``instruction_id, instruction, model, response, status, tests_passed,
+selected``; ``judge_score, gate_admitted`` are joined from ``audit``, ``final_score, elo`` from
+``rate`` and ``difficulty`` from ``difficulty`` when the input does not carry them. Which
+selected answers become rows is ``EmitConfig.admit``: by default those that passed execution
+plus those without usable tests that the calibrated judge gate admits.
 
 Output: one row per instruction whose answer was selected: ``instruction_id, messages``
 (``list<struct<role, content>>``: optional system, user, assistant) and the provenance columns
@@ -31,6 +33,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from typing import Literal
+
 from pydantic import Field
 
 from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
@@ -74,6 +78,10 @@ class EmitConfig(StageConfig):
         license: the dataset's own license tag in the card.
         extra_models: models used by the run beyond the experts and difficulty raters
             (embedder, judges) to list with their licenses in the card.
+        admit: which selected answers become rows: ``verified`` (passed execution),
+            ``verified_or_gated`` (also answers without usable tests that the audit's
+            calibrated judge gate admits; the default), ``selected`` (every selected answer,
+            as the paper did; used by the ablation's ``judge`` rule).
     """
 
     system_prompt: str | None = None
@@ -82,6 +90,7 @@ class EmitConfig(StageConfig):
     dataset_name: str = "arenaforge-sft"
     license: str = "other"
     extra_models: tuple[str, ...] = ()
+    admit: Literal["verified", "verified_or_gated", "selected"] = "verified_or_gated"
 
 
 def build_sft_rows(selected: pa.Table, *, system_prompt: str | None, run_id: str,
@@ -239,12 +248,41 @@ def read_funnel(run_dir: Path) -> list[dict[str, Any]]:
 
 
 def _fill_from(table: pa.Table, ctx: StageContext, stage: str, column: str) -> pa.Table:
-    """Left-join ``column`` from an earlier stage's output when ``table`` lacks it."""
+    """Left-join ``column`` from an earlier stage's output when ``table`` lacks it.
+
+    Joins on (instruction_id, model) when the other stage has one row per answer, so a
+    per-answer value (a rating, a judge score) never fans out over the other models' rows.
+    """
     if column in table.column_names:
         return table
-    other = ctx.read(stage, columns=["instruction_id", column],
-                     instruction_ids=table.column("instruction_id").to_pylist())
-    return table.join(other, "instruction_id", join_type="left outer")
+    other = ctx.read(stage, instruction_ids=table.column("instruction_id").to_pylist())
+    if column not in other.column_names:
+        return table
+    keys = [k for k in ("instruction_id", "model") if k in other.column_names]
+    other = other.select(keys + [column])
+    if "model" not in keys:
+        other = other.group_by("instruction_id", use_threads=False).aggregate(
+            [(column, "first")]).rename_columns(["instruction_id", column])
+    return table.join(other, keys, join_type="left outer")
+
+
+def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array]:
+    """(admitted mask, drop reason per row) for the selected, non-empty answers."""
+    status = table.column("status").to_pylist()
+    gated = (table.column("gate_admitted").to_pylist() if "gate_admitted" in table.column_names
+             else [None] * table.num_rows)
+    keep, reasons = [], []
+    for st, gate in zip(status, gated):
+        if admit == "selected" or st == VERIFIED_STATUS:
+            keep.append(True)
+            reasons.append(None)
+        elif st == "no_tests" and admit == "verified_or_gated":
+            keep.append(bool(gate))
+            reasons.append(None if gate else "gate_rejected")
+        else:
+            keep.append(False)
+            reasons.append("no_tests" if st == "no_tests" else "failed_execution")
+    return pa.array(keep, pa.bool_()), pa.array(reasons, pa.string())
 
 
 def _remove_stale_shards(folder: Path, keep: set[str]) -> None:
@@ -281,15 +319,23 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
     keep = pc.and_(is_selected, pc.invert(empty))
     dropped = pa.concat_tables([_with_reason(table.filter(pc.invert(is_selected)), "not_selected"),
                                 _with_reason(table.filter(empty), "empty_response")])
-    chosen = table.filter(keep)
-    counts = pc.value_counts(chosen.column("instruction_id")).to_pylist()
+    counts = pc.value_counts(table.filter(keep).column("instruction_id")).to_pylist()
     twice = [c["values"] for c in counts if c["counts"] > 1]
     if twice:
         raise ValueError(f"emit: {len(twice)} instruction(s) have more than one selected answer, "
                          f"e.g. instruction_id={twice[0]}; the selection rule must pick one")
+    chosen = _fill_from(table.filter(keep), ctx, "audit", "gate_admitted")
+    admitted, reasons = _admitted(chosen, cfg.admit)
+    rejected = chosen.filter(pc.invert(admitted))
+    rejected = rejected.append_column("reason", reasons.filter(pc.invert(admitted)))
+    dropped = pa.concat_tables([dropped, rejected.select(dropped.column_names)],
+                               promote_options="permissive") if rejected.num_rows else dropped
+    chosen = chosen.filter(admitted)
     # verify may not carry every provenance column through; the stages that made them can.
     chosen = _fill_from(chosen, ctx, "difficulty", "difficulty")
-    chosen = _fill_from(chosen, ctx, "rate", "final_score").sort_by("instruction_id")
+    chosen = _fill_from(chosen, ctx, "rate", "final_score")
+    chosen = _fill_from(chosen, ctx, "rate", "elo")
+    chosen = _fill_from(chosen, ctx, "audit", "judge_score").sort_by("instruction_id")
 
     run_id, config_hash = ctx.run_dir.name, ctx.config.config_hash()
     sft = build_sft_rows(chosen, system_prompt=cfg.system_prompt, run_id=run_id,
@@ -325,8 +371,8 @@ def _reason_counts(dropped: pa.Table) -> dict[str, int]:
 
 
 STAGE = StageSpec(
-    name="emit", config=EmitConfig, run=run, source="verify", sharded=False,
-    needs=("answer", "rate", "difficulty"),
+    name="emit", config=EmitConfig, run=run, source="repair", sharded=False,
+    needs=("answer", "rate", "difficulty", "audit"),
     inputs=("instruction_id", "instruction", "model", "response", "status", "selected"),
     outputs=tuple(SFT_SCHEMA.names),
 )

@@ -91,7 +91,14 @@ def run_toy(run_dir: Path, executor, cfgs: dict | None = None, shard_size: int =
 
 
 if __name__ == "__main__":
-    from pipeline.executors import InlineExecutor
+    from pipeline.executors import InlineExecutor, RayExecutor
 
     sleep = float(sys.argv[2]) if len(sys.argv) > 2 else 0.02
-    run_toy(Path(sys.argv[1]), InlineExecutor(1), {"square": SquareConfig(sleep_s=sleep)})
+    kind = sys.argv[3] if len(sys.argv) > 3 else "inline"
+    executor = InlineExecutor(1) if kind == "inline" else RayExecutor()  # RAY_ADDRESS decides
+    funnel = run_toy(Path(sys.argv[1]), executor, {"square": SquareConfig(sleep_s=sleep)})
+    if kind == "ray":
+        import ray
+
+        nodes = {n["NodeID"] for n in ray.nodes() if n["Alive"]}
+        print(f"ray nodes: {len(nodes)}")

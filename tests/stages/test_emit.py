@@ -188,8 +188,10 @@ def test_stage_writes_dataset_and_card_and_counts_drops(tmp_path):
     (tmp_path / "manifest.json").write_text(json.dumps({"stages": {
         "mine": {"status": "complete", "rows_in": 10, "rows_out": 8, "dropped": {"empty": 2}},
         "verify": {"status": "complete", "rows_in": 8, "rows_out": 8, "dropped": {}}}}))
-    ctx = _Ctx(tmp_path, {"difficulty": difficulty, "answer": answer, "rate": rate}, seed=1)
-    cfg = EmitConfig(system_prompt="Be brief.", extra_models=("all-MiniLM-L6-v2",))
+    ctx = _Ctx(tmp_path, {"difficulty": difficulty, "answer": answer, "rate": rate,
+                          "audit": _audit_table(verify)}, seed=1)
+    cfg = EmitConfig(system_prompt="Be brief.", extra_models=("all-MiniLM-L6-v2",),
+                     admit="selected")
 
     result = run(verify, cfg, ctx)
 
@@ -227,13 +229,44 @@ def _plain_ctx(tmp_path: Path, verify: pa.Table) -> _Ctx:
         "difficulty": pa.table({"instruction_id": ids, "difficulty": [1.0] * len(ids),
                                 "difficulty_votes": [[]] * len(ids)}),
         "answer": verify.select(["instruction_id", "model"]),
-        "rate": pa.table({"instruction_id": ids, "final_score": [0.0] * len(ids)})})
+        "rate": pa.table({"instruction_id": ids, "final_score": [0.0] * len(ids)}),
+        "audit": _audit_table(verify)})
+
+
+def _audit_table(verify: pa.Table, gate: dict | None = None) -> pa.Table:
+    """The audit stage's per-answer gate verdicts (null: execution decided)."""
+    keys = verify.select(["instruction_id", "model"]).to_pylist()
+    return pa.Table.from_pylist([dict(k, gate_admitted=(gate or {}).get(k["instruction_id"]))
+                                 for k in keys],
+                                schema=pa.schema([("instruction_id", pa.string()),
+                                                  ("model", pa.string()),
+                                                  ("gate_admitted", pa.bool_())]))
+
+
+@pytest.mark.parametrize("admit, expected_rows, expected_reasons", [
+    ("verified", {"p"}, {"failed_execution": 1, "no_tests": 2}),
+    ("verified_or_gated", {"p", "g"}, {"failed_execution": 1, "gate_rejected": 1}),
+    ("selected", {"p", "g", "r", "f"}, {}),
+])
+def test_admission_rules(tmp_path, admit, expected_rows, expected_reasons):
+    texts = {"p": "passed", "g": "no_tests", "r": "no_tests", "f": "failed"}
+    verify = pa.table({
+        "instruction_id": list(texts), "instruction": [f"Task {k} please" for k in texts],
+        "model": ["m"] * 4, "response": ["code"] * 4, "status": list(texts.values()),
+        "selected": [True] * 4})
+    ctx = _plain_ctx(tmp_path, verify)
+    ctx.tables["audit"] = _audit_table(verify, {"g": True, "r": False})
+    result = run(verify, EmitConfig(admit=admit), ctx)
+    assert set(result.table.column("instruction_id").to_pylist()) == expected_rows
+    reasons = result.dropped.column("reason").to_pylist()
+    assert {r: reasons.count(r) for r in set(reasons)} == expected_reasons
+    assert result.table.column("verified").to_pylist().count(True) == ("p" in expected_rows)
 
 
 def test_stage_holdout_split_is_written_and_described(tmp_path):
     verify = _verify_table()
     ctx = _plain_ctx(tmp_path, verify)
-    result = run(verify, EmitConfig(holdout_fraction=0.5), ctx)
+    result = run(verify, EmitConfig(holdout_fraction=0.5, admit="selected"), ctx)
     files = sorted(p.name for p in (tmp_path / "dataset").glob("*.parquet"))
     n_test = sum(holdout_mask(result.table.column("instruction_id").to_pylist(), 0.5, 0))
     assert 0 < n_test < 3, "seed 0 splits these ids both ways"
@@ -245,9 +278,9 @@ def test_stage_holdout_split_is_written_and_described(tmp_path):
 def test_rerun_with_fewer_shards_leaves_no_stale_file(tmp_path):
     verify = _verify_table()
     ctx = _plain_ctx(tmp_path, verify)
-    run(verify, EmitConfig(shard_rows=1), ctx)
+    run(verify, EmitConfig(shard_rows=1, admit="selected"), ctx)
     assert len(list((tmp_path / "dataset").glob("train-*.parquet"))) == 3
-    run(verify, EmitConfig(shard_rows=10), ctx)
+    run(verify, EmitConfig(shard_rows=10, admit="selected"), ctx)
     assert sorted(p.name for p in (tmp_path / "dataset").glob("*.parquet")) == [
         "train-00000-of-00001.parquet"]
 
