@@ -57,7 +57,9 @@ class TestGenConfig(StageConfig):
     max_tokens: int = Field(384, ge=16)
     temperature: float = Field(0.0, ge=0)
     batch_size: int = Field(8, ge=1, description="conversations per backend call")
-    timeout_s: float = Field(5.0, gt=0, description="wall-clock limit of one test run")
+    timeout_s: float = Field(
+        3.0, gt=0, description="wall-clock limit of one test run; below verify's 5 s so that a "
+        "test trusted here does not time out there on a loaded machine")
     memory_mb: int | None = Field(None, ge=32, description="memory limit; None: the sandbox's")
 
 
