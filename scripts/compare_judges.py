@@ -75,11 +75,11 @@ class ScriptContext:
 
 def run_program(problem: dict, response: str) -> bool:
     """Did the answer's program pass HumanEval's official tests?"""
-    from pipeline.evaluate import build_program, test_code
+    from pipeline.evaluate import build_program
     from pipeline.sandbox import run_tests
 
-    result = run_tests(build_program(problem, response, "chat"), test_code(problem),
-                       timeout_s=10.0)
+    tests = f"{problem['test']}\n\ncheck({problem['entry_point']})\n"
+    result = run_tests(build_program(problem, response, "chat"), tests, timeout_s=10.0)
     return bool(result.passed)
 
 
@@ -93,7 +93,8 @@ def build_pairs(args, ctx: ScriptContext) -> tuple[pa.Table, dict[str, str], dic
 
     template = CHAT_TEMPLATE_FILE.read_text(encoding="utf-8")
     problems = load_problems("humaneval", args.max_problems)
-    cfg = answer_stage.AnswerConfig(experts=args.contestants, max_tokens=args.answer_max_tokens)
+    cfg = answer_stage.AnswerConfig(experts=args.contestants, max_tokens=args.answer_max_tokens,
+                                    system_prompt=args.system_prompt or None)
     keep_rows, winners = [], {}
     counts = {"problems": 0, "both_pass": 0, "both_fail": 0, "one_pass": 0}
     for start in range(0, len(problems), args.chunk):
@@ -224,6 +225,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--protocols", default=",".join(jp.PROTOCOLS),
                         help="comma-separated subset of " + ", ".join(jp.PROTOCOLS))
     parser.add_argument("--answer-max-tokens", type=int, default=384)
+    parser.add_argument("--system-prompt", default="You are a Python expert. Reply with the code "
+                        "only, no explanation.", help="experts' system prompt ('' for none); "
+                        "short answers keep the judge prompts short")
     parser.add_argument("--judge-max-tokens", type=int, default=256)
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--models-file", type=Path, default=ROOT / "configs" / "models.yaml")
