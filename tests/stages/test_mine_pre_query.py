@@ -139,5 +139,7 @@ def test_unknown_template_shape_without_fallback_is_a_clear_error():
 
 def test_auto_variant_and_aliases():
     assert build_pre_query(None, "qwen2", "auto", SYSTEM).template == "chatml/empty_assistant"
+    assert build_pre_query(None, "smollm2", "auto", SYSTEM).template == "chatml/bare"
+    assert build_pre_query(None, "llama3", "auto", SYSTEM).template == "llama3/empty_assistant"
     with pytest.raises(PreQueryError, match="unknown pre-query variant"):
         build_pre_query(None, "qwen", "sideways", SYSTEM)
