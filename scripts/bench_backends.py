@@ -11,6 +11,13 @@ Usage::
 
     python scripts/bench_backends.py                     # every installed embedded model
     python scripts/bench_backends.py --models smollm2-135m --max-tokens 64 --reps 3
+
+``--batch`` measures instead the batched path (:mod:`pipeline.backends.llamacpp_batch`):
+aggregate completion tok/s of one ``chat`` call over ``--batch-prompts`` distinct requests at
+each ``--batch-sizes`` value, against the sequential path (batch size 1, each request alone)
+in the same process (target: >= 3x at the best size for the 0.5B model)::
+
+    python scripts/bench_backends.py --batch --models qwen2.5-coder-0.5b --batch-sizes 1 4 8 16
 """
 
 from __future__ import annotations
@@ -82,6 +89,49 @@ def bench_model(spec, args) -> dict:
             "tokens": tokens["backend"], "extra_buffers": backend.extra_buffers}
 
 
+BATCH_TASKS = [f"Write a Python function that {t}." for t in (
+    "reverses a string", "checks whether a number is prime", "merges two sorted lists",
+    "counts vowels in a text", "flattens a nested list", "computes the nth Fibonacci number",
+    "removes duplicates from a list keeping order", "parses a CSV line into fields",
+    "transposes a matrix", "finds the longest common prefix of strings",
+    "converts Roman numerals to integers", "validates an IPv4 address",
+    "groups words by their anagram", "computes a running average", "rotates a list by k",
+    "checks balanced brackets")]
+
+
+def bench_batch(spec, args) -> list[dict]:
+    """Aggregate tok/s of the sequential path and the batched path at each batch size."""
+    backend = create_backend(spec, n_threads=args.threads, batch_size=1)
+    llm = backend.llm
+    convs = [[{"role": "user", "content": t}] for t in
+             (BATCH_TASKS * (args.batch_prompts // len(BATCH_TASKS) + 1))[:args.batch_prompts]]
+    params = SamplingParams(max_tokens=args.max_tokens, seed=0)
+    rows, reference = [], None
+    for size in args.batch_sizes:
+        if backend._batcher:
+            backend._batcher.close()
+        backend._batcher, backend.batch_size = None, size
+        start = time.perf_counter()
+        if size == 1:  # the sequential path, each request alone (no prompt-cache carry-over)
+            out = []
+            for conv in convs:
+                llm.reset()
+                out += backend.chat([conv], params)
+        else:
+            out = backend.chat(convs, params)
+        wall = time.perf_counter() - start
+        tokens = sum(c[0].completion_tokens for c in out)
+        reference = reference or out
+        same = sum(a == b for a, b in zip(out, reference, strict=True))
+        rows.append({"model": spec.id, "batch": size, "tokens": tokens, "wall_s": wall,
+                     "tok_s": tokens / wall, "same": same, "n": len(out)})
+        print(f"{spec.id:22} batch {size:>3}: {tokens:5d} tokens in {wall:7.1f}s = "
+              f"{tokens / wall:6.1f} tok/s  x{rows[-1]['tok_s'] / rows[0]['tok_s']:.2f} vs "
+              f"batch {args.batch_sizes[0]}  identical outputs {same}/{len(out)}", flush=True)
+    backend.close()
+    return rows
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--registry", default=str(ROOT / "configs" / "models.yaml"))
@@ -89,9 +139,25 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--reps", type=int, default=2)
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--batch", action="store_true", help="benchmark batch sizes instead")
+    parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
+    parser.add_argument("--batch-prompts", type=int, default=16)
     args = parser.parse_args(argv)
     registry = load_registry(args.registry)
     ids = args.models or [k for k, s in registry.items() if s.backend == "llamacpp"]
+    if args.batch:
+        for model_id in ids:
+            if registry[model_id].role != "expert":
+                continue
+            try:
+                rows = bench_batch(registry[model_id], args)
+            except ModelNotInstalledError as exc:
+                print(f"{model_id:22} skipped: {exc}")
+                continue
+            best = max(rows, key=lambda r: r["tok_s"])
+            print(f"{model_id:22} best: batch {best['batch']} at "
+                  f"x{best['tok_s'] / rows[0]['tok_s']:.2f} the sequential tok/s", flush=True)
+        return 0
     print(f"{'model':22} {'direct tok/s':>12} {'backend tok/s':>13} {'overhead':>9} "
           f"{'median':>7} {'same':>5} {'tokens':>6}")
     worst = 0.0

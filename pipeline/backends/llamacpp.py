@@ -112,18 +112,30 @@ class LlamaCppBackend(RenderedChat):
             segfaults on the first decode on some hosts (ggml-org/llama.cpp#20824, seen here),
             and turning extra buffers off is the only runtime switch. A build without AMX
             (``GGML_NATIVE=OFF`` plus explicit AVX2/AVX-512 flags) keeps repacking and is faster.
+        batch_size: sequences decoded together by the batched path
+            (:mod:`pipeline.backends.llamacpp_batch`); ``1``: one at a time. Its KV cache holds
+            ``batch_size * n_ctx`` tokens.
+        batch_prefix_reuse: let the batched path reuse the KV of partly shared prompts (faster
+            for judge pairs; rounds slightly differently from a one-pass prompt, see
+            :class:`pipeline.backends.llamacpp_batch.BatchedDecoder`).
         **llama_kwargs: passed to ``llama_cpp.Llama`` (``n_batch``, ``n_gpu_layers``, ...).
     """
 
     def __init__(self, model_id: str, model_path: str | Path, *, n_ctx: int = 4096,
                  stop: tuple[str, ...] = (), chat_template: str | None = None,
                  n_threads: int | None = None, seed: int = 0, extra_buffers: bool | None = None,
+                 batch_size: int = 8, batch_prefix_reuse: bool = False,
                  **llama_kwargs: Any) -> None:
         from llama_cpp import Llama
 
         self.model_id = model_id
         self._stop = tuple(stop)
         self._lock = threading.Lock()  # a llama context is not thread-safe
+        if batch_size < 1:
+            raise ValueError(f"LlamaCppBackend.batch_size must be >= 1, got {batch_size}")
+        self.batch_size = batch_size
+        self.batch_prefix_reuse = batch_prefix_reuse
+        self._batcher = None  # llamacpp_batch.BatchedDecoder, made on first use
         llama_kwargs.setdefault("verbose", False)
         self.extra_buffers = not build_has_amx() if extra_buffers is None else extra_buffers
         with model_params_override(use_extra_bufts=self.extra_buffers):
@@ -152,6 +164,12 @@ class LlamaCppBackend(RenderedChat):
     # -- generation ----------------------------------------------------------------------------
     def _generate(self, prompts: list[str], params: SamplingParams,
                   stop: list[str]) -> list[list[Completion]]:
+        if self.batch_size > 1 and len(prompts) * params.n > 1:
+            from pipeline.backends.llamacpp_batch import generate_batched
+
+            batched = generate_batched(self, prompts, params, stop)
+            if batched is not None:  # None: this model or library cannot batch
+                return batched
         # One sequence at a time (see module docstring); sample i of n uses seed + i.
         return [[self._generate_one(prompt, params, params.sample_seed(i), stop)
                  for i in range(params.n)] for prompt in prompts]
@@ -172,6 +190,9 @@ class LlamaCppBackend(RenderedChat):
 
     def close(self) -> None:
         """Free the model and context."""
+        batcher, self._batcher = getattr(self, "_batcher", None), None
+        if batcher:
+            batcher.close()  # its context uses the model: free it first
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.close()
