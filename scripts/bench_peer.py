@@ -102,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
         return got
 
     # 1. mining: n samples of one pre-query prompt
-    render = lambda m, add_generation_prompt: miner.apply_chat_template(  # noqa: E731
+    render = lambda m, add_generation_prompt: miner.apply_chat_template(
         m, add_generation_prompt=add_generation_prompt)
     pre = build_pre_query(render, registry[MINER].family, "auto",
                           DEFAULT_SYSTEM.format(language="Python"))

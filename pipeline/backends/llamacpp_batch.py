@@ -13,7 +13,7 @@ module drives llama.cpp's low-level API on a second context over the same loaded
   stream (``llama_memory_seq_cp``) and trims it, instead of decoding the prefix again;
 * one sampler chain per request, built like ``Llama._init_sampler`` builds it, so a seeded
   request samples the same tokens as on the sequential path;
-* :class:`CompletionText` replays ``Llama._create_completion``'s stop / multibyte / length
+* :class:`~pipeline.backends.completion_text.CompletionText` replays ``Llama._create_completion``'s stop / multibyte / length
   rules, so the text and ``finish_reason`` match the sequential path.
 """
 
@@ -27,6 +27,7 @@ from collections import deque
 from typing import TYPE_CHECKING
 
 from pipeline.backends.base import Completion, SamplingParams
+from pipeline.backends.completion_text import CompletionText
 
 if TYPE_CHECKING:
     from pipeline.backends.llamacpp import LlamaCppBackend
@@ -35,64 +36,6 @@ log = logging.getLogger(__name__)
 
 # Below this many shared tokens a stream copy (a memcpy of a whole KV stream) is not worth it.
 MIN_SHARED_PREFIX = 16
-
-
-class CompletionText:
-    """The text of one completion, grown token by token with ``Llama._create_completion``'s rules.
-
-    Stop strings are searched in the bytes generated so far and the first one *in list order*
-    that occurs cuts the text (as llama-cpp-python does); no check happens while the last
-    bytes are an incomplete UTF-8 character, which also delays the ``max_tokens`` check.
-
-    >>> t = CompletionText(stop=["\\n\\n"], max_tokens=10)
-    >>> [t.push(p) for p in (b"def", b" f", b"():\\n", b"\\n")]
-    [None, None, None, 'stop']
-    >>> t.text
-    'def f():'
-    """
-
-    def __init__(self, stop: list[str], max_tokens: int, bos_piece_strip: bool = False) -> None:
-        self._stop = [s.encode("utf-8") for s in stop]
-        self.max_tokens = max_tokens
-        self.n_tokens = 0
-        self._raw = b""
-        self._cut: bytes | None = None
-        self._multibyte_fix = 0
-        # Llama.detokenize drops a leading space when the first token is BOS.
-        self._strip_first_space = bos_piece_strip
-
-    def _all_text(self) -> bytes:
-        if self._strip_first_space and self._raw[:1] == b" ":
-            return self._raw[1:]
-        return self._raw
-
-    def push(self, piece: bytes) -> str | None:
-        """Add one generated (non end-of-generation) token's bytes; the finish reason or None."""
-        self.n_tokens += 1
-        self._raw += piece
-        all_text = self._all_text()
-        # Same loop as llama-cpp-python: how many more tokens an open UTF-8 character needs.
-        for k, char in enumerate(all_text[-3:]):
-            k = 3 - k
-            for num, pattern in ((2, 192), (3, 224), (4, 240)):
-                if num > k and pattern & char == pattern:
-                    self._multibyte_fix = num - k
-        if self._multibyte_fix > 0:
-            self._multibyte_fix -= 1
-            return None
-        found = [s for s in self._stop if s in all_text]
-        if found:
-            self._cut = all_text[:all_text.index(found[0])]
-            return "stop"
-        if self.n_tokens >= self.max_tokens:
-            return "length"
-        return None
-
-    @property
-    def text(self) -> str:
-        """The completion text (cut at the stop string if one ended it)."""
-        data = self._cut if self._cut is not None else self._all_text()
-        return data.decode("utf-8", errors="ignore")
 
 
 @dataclasses.dataclass

@@ -7,7 +7,8 @@ from pathlib import Path
 import pytest
 
 from pipeline.backends import SamplingParams
-from pipeline.backends.llamacpp_batch import CompletionText, common_prefix_len, sequential_seeds
+from pipeline.backends.completion_text import CompletionText
+from pipeline.backends.llamacpp_batch import common_prefix_len, sequential_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 
