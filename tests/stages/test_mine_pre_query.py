@@ -7,8 +7,15 @@ import functools
 import pytest
 
 from pipeline.backends.chat_template import render_chat_template
-from stages.pre_query import (KNOWN_FAMILIES, VARIANTS, PreQueryError, build_pre_query,
-                              derive_turns, from_chat_template, from_family)
+from stages.pre_query import (
+    KNOWN_FAMILIES,
+    VARIANTS,
+    PreQueryError,
+    build_pre_query,
+    derive_turns,
+    from_chat_template,
+    from_family,
+)
 
 # Minimal templates written in the style of each family's published template (same markers,
 # same quirks: Qwen's default system turn, Llama-3's trim, Gemma folding the system prompt into
