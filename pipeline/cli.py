@@ -52,7 +52,7 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
         ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster address.")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress display.")] = False) -> None:
     """Run the pipeline; a rerun resumes where the last one stopped."""
-    from pipeline.runner import ContractChainError, run_pipeline
+    from pipeline.runner import ContractChainError, StageFailedError, run_pipeline
     from pipeline.store import StoreError
 
     overrides = list(set_ or [])
@@ -64,6 +64,15 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
         result = run_pipeline(cfg, fresh=fresh, show_progress=not quiet)
     except (StoreError, ContractChainError) as exc:
         _fail(str(exc))
+    except StageFailedError as exc:
+        _fail(str(exc), code=1)
+    except Exception as exc:
+        from pipeline.shards import is_fatal
+
+        if not is_fatal(exc) or isinstance(exc, KeyboardInterrupt):
+            raise
+        # A model, server or sandbox that cannot serve: say which, keep what was written.
+        _fail(f"{type(exc).__name__}: {exc} (completed shards are kept; rerun to resume)", 1)
     console.print(f"run directory: {result.run_dir}")
 
 

@@ -35,6 +35,10 @@ class ContractChainError(ValueError):
     """The configured stages do not fit together (missing columns or missing stages)."""
 
 
+class StageFailedError(RuntimeError):
+    """A stage raised on every row: a systemic failure, reported instead of an empty output."""
+
+
 @dataclasses.dataclass
 class RunResult:
     run_dir: Path
@@ -155,6 +159,12 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         "stats": dict(extra),
         "executor": executor.name,
     }
+    if table.num_rows and extra.get("poisoned_rows", 0) >= table.num_rows:
+        # Every row "poisoned" is a broken stage or model, not bad rows: fail loudly instead of
+        # completing with nothing. Shards stay on disk; a fixed rerun recomputes them.
+        first = stage_store.read_dropped_detail()
+        raise StageFailedError(f"stage {spec.name!r}: every one of {table.num_rows} rows raised; "
+                               f"first error: {first}")
     stage_store.mark_success(info)
     store.update_stage(spec.name, {"status": "complete", **info})
     if progress:
@@ -221,4 +231,4 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
 
 
 __all__ = ["RunResult", "run_pipeline", "run_stages", "run_stage", "check_chain", "plan_shards",
-           "ContractChainError", "StoreError"]
+           "ContractChainError", "StageFailedError", "StoreError"]

@@ -43,8 +43,20 @@ class FatalStageError(RuntimeError):
 _FATAL = (ContractError, FatalStageError, MemoryError, KeyboardInterrupt, ImportError)
 
 
-def _is_fatal(exc: BaseException) -> bool:
-    if isinstance(exc, _FATAL):
+def _fatal_types() -> tuple[type[BaseException], ...]:
+    # Unreachable servers, missing weights and a missing sandbox fail every row alike.
+    from pipeline.backends.base import BackendError
+    from pipeline.backends.chat_template import ChatTemplateError
+    from pipeline.models.weights import ModelNotInstalledError, WeightsCorruptError
+    from pipeline.sandbox.pool import SandboxUnavailable
+    from pipeline.sandbox.worker import SandboxStartError
+
+    return _FATAL + (BackendError, ChatTemplateError, ModelNotInstalledError,
+                     WeightsCorruptError, SandboxUnavailable, SandboxStartError)
+
+
+def is_fatal(exc: BaseException) -> bool:
+    if isinstance(exc, _fatal_types()):
         return True
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 
@@ -106,7 +118,7 @@ def run_isolating(spec: StageSpec, table: pa.Table, cfg: StageConfig, ctx: Any) 
     try:
         return as_result(spec.run(table, cfg, ctx))
     except BaseException as exc:
-        if _is_fatal(exc) or not spec.sharded:
+        if is_fatal(exc) or not spec.sharded:
             raise
         halves = _split_by_key(table, spec.shard_key)
         if halves is None:

@@ -140,6 +140,14 @@ class StageStore:
     def markers(self) -> list[dict[str, Any]]:
         return [m for p in sorted(self.dir.glob("part-*.done.json")) if (m := read_json(p))]
 
+    def read_dropped_detail(self) -> str | None:
+        """The first ``detail`` among this stage's dropped rows (for error messages)."""
+        for path in sorted(self.dir.glob("part-*.dropped.parquet")):
+            details = [d for d in pq.read_table(path, columns=["detail"]).column(0).to_pylist() if d]
+            if details:
+                return details[0]
+        return None
+
     def mark_success(self, info: dict[str, Any]) -> None:
         atomic_write_json(self.dir / SUCCESS, info)
 

@@ -58,9 +58,11 @@ def run(table: pa.Table, cfg: AnswerConfig, ctx) -> StageResult:
         raise ValueError("answer.experts: no expert configured")
     if len(set(experts)) != len(experts):
         raise ValueError(f"answer.experts: duplicate model ids in {experts}")
+    # Upstream stages may use the same names for their own provenance (mine's finish_reason
+    # is the miner's); the answer's values replace them here, and the originals stay in the
+    # upstream stage's output, joinable by instruction_id.
     clash = [c for c in OUTPUTS if c in table.column_names]
-    if clash:
-        raise ValueError(f"answer: input already has output column(s) {clash}")
+    table = table.drop_columns(clash) if clash else table
 
     instructions = table.column("instruction").to_pylist()
     languages = (table.column("language").to_pylist() if "language" in table.column_names

@@ -4,7 +4,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from pipeline.executors import InlineExecutor
-from pipeline.runner import ContractChainError, check_chain, plan_shards
+from pipeline.runner import ContractChainError, StageFailedError, check_chain, plan_shards
 from pipeline.stage import StageSpec
 from pipeline.store import RunStore
 from tests.toy_pipeline import FILTER, GEN, SQUARE, SquareConfig, run_toy
@@ -63,6 +63,17 @@ def test_systemic_error_is_raised_not_dropped(tmp_path):
                        inputs=("i",), outputs=("square",))
     with pytest.raises(RuntimeError, match="model is gone"):
         run_toy(tmp_path, InlineExecutor(1), specs=[GEN, broken])
+
+
+def test_every_row_failing_in_one_row_shards_fails_the_stage(tmp_path):
+    def always_fails(table, cfg, ctx):
+        raise RuntimeError("model is gone")
+
+    broken = StageSpec(name="square", config=SquareConfig, run=always_fails, source="gen",
+                       inputs=("i",), outputs=("square",))
+    with pytest.raises(StageFailedError, match="every one of 60 rows raised.*model is gone"):
+        run_toy(tmp_path, InlineExecutor(1), specs=[GEN, broken], shard_size=1)
+    assert RunStore(tmp_path).stage("square").success() is None
 
 
 def test_chain_check_names_missing_columns():

@@ -110,9 +110,14 @@ def test_config_and_input_errors():
     experts = {"m1": ScriptedExpert("m1", code_reply)}
     with pytest.raises(ValueError, match="duplicate"):
         run(instructions(1), AnswerConfig(experts=["m1", "m1"]), Ctx(experts))
-    clash = instructions(1).append_column("model", pa.array(["x"]))
-    with pytest.raises(ValueError, match=r"already has output column\(s\) \['model'\]"):
-        run(clash, AnswerConfig(), Ctx(experts))
+
+
+def test_upstream_column_with_an_output_name_is_replaced():
+    experts = {"m1": ScriptedExpert("m1", code_reply)}
+    clash = instructions(1).append_column("finish_reason", pa.array(["mined-length"]))
+    out = run(clash, AnswerConfig(), Ctx(experts)).table
+    assert out.column_names.count("finish_reason") == 1
+    assert out.column("finish_reason").to_pylist() != ["mined-length"]
 
 
 def test_conversation_without_system_prompt():
