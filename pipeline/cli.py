@@ -52,7 +52,8 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
         ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster address.")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress display.")] = False) -> None:
     """Run the pipeline; a rerun resumes where the last one stopped."""
-    from pipeline.runner import ContractChainError, StageFailedError, run_pipeline
+    from pipeline.runner import (ContractChainError, ModelUnavailableError, StageFailedError,
+                                 run_pipeline)
     from pipeline.store import StoreError
 
     overrides = list(set_ or [])
@@ -62,7 +63,7 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     cfg = _load(config, overrides)
     try:
         result = run_pipeline(cfg, fresh=fresh, show_progress=not quiet)
-    except (StoreError, ContractChainError) as exc:
+    except (StoreError, ContractChainError, ModelUnavailableError) as exc:
         _fail(str(exc))
     except StageFailedError as exc:
         _fail(str(exc), code=1)

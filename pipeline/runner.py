@@ -13,6 +13,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import os
 import time
 from collections import Counter
 from pathlib import Path
@@ -37,6 +38,10 @@ class ContractChainError(ValueError):
 
 class StageFailedError(RuntimeError):
     """A stage raised on every row: a systemic failure, reported instead of an empty output."""
+
+
+class ModelUnavailableError(ValueError):
+    """A model the configured stages use has no weights here (checked before any work)."""
 
 
 @dataclasses.dataclass
@@ -198,12 +203,55 @@ def _write_run_summary(store: RunStore, names: list[str], funnel: list[dict[str,
     store.write_artifact("stats.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
+def _model_ids(value: Any, known: set[str]) -> set[str]:
+    if isinstance(value, str):
+        return {value} & known
+    if isinstance(value, dict):
+        return set().union(*(_model_ids(v, known) for v in value.values()))
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_model_ids(v, known) for v in value))
+    return set()
+
+
+def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
+    """Fail before any work when a model the model stages use has no local weights.
+
+    Without this a missing weights file surfaces inside the first shard, after the run
+    directory exists, as one failed row per request. Cheap: pip metadata and ``stat`` only
+    (served models are not probed here: an unreachable server fails its stage with the URL).
+    """
+    from pipeline.models import load_registry, package_files
+
+    model_specs = [s for s in specs if s.uses_models]
+    if not model_specs:
+        return
+    registry = load_registry(cfg.models_file)
+    used = set(cfg.experts) | set(cfg.judge_ids)
+    for spec in model_specs:
+        used |= _model_ids(cfg.stage_config(spec.name).model_dump(mode="json"), set(registry))
+    for model_id in sorted(used & set(registry)):
+        entry = registry[model_id]
+        try:
+            if entry.backend == "openai":
+                continue  # served; a local path there only supplies the chat template
+            if entry.path is not None:
+                path = Path(os.path.expandvars(entry.path)).expanduser()
+                if not path.exists():
+                    raise FileNotFoundError(f"path {path} does not exist")
+            elif entry.packages:
+                package_files(entry)
+        except (LookupError, OSError) as exc:
+            raise ModelUnavailableError(
+                f"model {model_id!r} ({cfg.models_file}) cannot be loaded: {exc}") from None
+
+
 def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> RunResult:
     """Run the configured stages of ``cfg`` into ``<artifacts_dir>/<name>/``.
 
     Raises:
         StoreError: the run directory was made by a different config (use ``fresh=True``).
         ContractChainError: the configured stages do not fit together.
+        ModelUnavailableError: a model the stages use is not installed (nothing was written).
     """
     from pipeline.config import dump_config
     from pipeline.context import close_process_resources
@@ -215,6 +263,7 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     store = RunStore(run_dir)
     completed = {p.name for p in (run_dir / "stages").glob("*") if (p / "_SUCCESS").exists()}
     check_chain(specs, completed if not fresh else set())
+    check_models_available(cfg, specs)
     store.open(cfg.config_hash(), dump_config(cfg), fresh=fresh)
     executor = make_executor(cfg.runner)
     ctx = RunContext(run_dir, cfg)
@@ -231,4 +280,5 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
 
 
 __all__ = ["RunResult", "run_pipeline", "run_stages", "run_stage", "check_chain", "plan_shards",
-           "ContractChainError", "StageFailedError", "StoreError"]
+           "ContractChainError", "ModelUnavailableError", "StageFailedError", "StoreError",
+           "check_models_available"]
