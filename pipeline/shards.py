@@ -9,6 +9,7 @@ from __future__ import annotations
 import errno
 import json
 import logging
+import sqlite3
 import time
 import traceback
 from collections import Counter
@@ -57,6 +58,10 @@ def _fatal_types() -> tuple[type[BaseException], ...]:
 
 def is_fatal(exc: BaseException) -> bool:
     if isinstance(exc, _fatal_types()):
+        return True
+    if isinstance(exc, sqlite3.OperationalError):
+        # The request cache's database (disk full, I/O error, locked): no row causes that, and
+        # isolating would commit the shard's rows as dropped "errors" that a rerun never retries.
         return True
     return isinstance(exc, OSError) and exc.errno in (errno.ENOSPC, errno.EDQUOT, errno.EROFS)
 

@@ -11,10 +11,11 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import sqlite3
 import threading
 from pathlib import Path
 
-from pipeline.backends.base import Backend, Completion, Conversation, SamplingParams
+from pipeline.backends.base import Backend, BackendError, Completion, Conversation, SamplingParams
 
 # Bump when the stored value layout or key recipe changes, so old entries are ignored.
 CACHE_FORMAT = 1
@@ -55,7 +56,11 @@ class CachedBackend:
         self.inner = inner
         self.model_id = inner.model_id
         self.weights_id = weights_id
-        self._cache = diskcache.Cache(str(cache_dir))
+        try:
+            self._cache = diskcache.Cache(str(cache_dir))
+        except sqlite3.OperationalError as exc:  # "disk I/O error" alone names neither
+            raise BackendError(f"request cache {cache_dir} cannot be opened: {exc} "
+                               "(disk full or not writable?)") from exc
         self._stats = CacheStats()
         self._lock = threading.Lock()
 
