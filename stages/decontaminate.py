@@ -153,8 +153,12 @@ def _read_records(path: Path) -> Iterable[dict]:
         yield from pq.read_table(path).to_pylist()
         return
     opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as handle:
-        for line_no, line in enumerate(handle, 1):
+    with opener(path, "rb") as handle:
+        for line_no, raw in enumerate(handle, 1):
+            try:  # decoded per line so that the error names the line, not a buffer offset
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as exc:
+                raise ValueError(f"{path}:{line_no}: not valid UTF-8: {exc}") from None
             if line.strip():
                 try:
                     yield json.loads(line)

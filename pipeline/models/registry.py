@@ -128,6 +128,8 @@ def load_registry(path: str | Path) -> dict[str, ModelSpec]:
         raw = yaml.safe_load(path.read_text(encoding="utf-8"))
     except yaml.YAMLError as exc:
         raise ValueError(f"{path}: not valid YAML: {exc}") from exc
+    except UnicodeDecodeError as exc:  # a ValueError whose text would not name the file
+        raise ValueError(f"{path}: not UTF-8 text: {exc}") from None
     try:
         parsed = _RegistryFile.model_validate(raw)
     except ValidationError as exc:
