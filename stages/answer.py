@@ -12,7 +12,8 @@ Input columns: ``instruction_id, instruction`` (plus whatever earlier stages wro
 - ``truncated``: the reply hit ``max_tokens`` (its code may be cut; ``verify`` will tell).
 
 A failed request (``Completion.error`` set) is dropped with reason ``model_error`` and the
-error text as detail; it never becomes an empty answer. All prompts of a shard go to each
+error text as detail; it never becomes an empty answer. An empty (or whitespace-only) reply is
+dropped with reason ``empty_response``. All prompts of a shard go to each
 model in one backend call, so a batching backend can batch them.
 """
 
@@ -87,6 +88,12 @@ def run(table: pa.Table, cfg: AnswerConfig, ctx) -> StageResult:
             if reply.error is not None or reply.finish_reason == "error":
                 dropped.append({**row, "model": model, "reason": "model_error",
                                 "detail": reply.error or "finish_reason=error without text"})
+                continue
+            if not reply.text.strip():
+                # Nothing to judge or run: an empty answer row would only look like data.
+                dropped.append({**row, "model": model, "reason": "empty_response",
+                                "detail": f"finish_reason={reply.finish_reason}, "
+                                          f"completion_tokens={reply.completion_tokens}"})
                 continue
             truncated = reply.finish_reason == "length"
             kept.append({**row, "model": model, "response": reply.text,
