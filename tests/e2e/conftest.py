@@ -37,7 +37,7 @@ def run_cli(config: Path, artifacts: Path, overrides: list[str] = (),
             timeout: float = 900) -> subprocess.CompletedProcess:
     """Run ``arenaforge run`` to the end; returns the finished process (text output)."""
     return subprocess.run(cli_command(config, artifacts, overrides), cwd=ROOT, text=True,
-                          capture_output=True, timeout=timeout, env=_env())
+                          capture_output=True, timeout=timeout, env=_env(), check=False)
 
 
 def start_cli(config: Path, artifacts: Path, overrides: list[str] = ()) -> subprocess.Popen:
