@@ -154,7 +154,8 @@ def test_poisoned_rows_in_a_real_model_stage_are_dropped_and_the_rest_goes_on(ar
     kept = stage_output(run_dir, "answer").to_pylist()
     assert [r["instruction"] for r in kept] == [texts[0], texts[3]]
     assert all(r["response"].strip() for r in kept)
-    dropped = {r["instruction_id"]: r for r in pq.read_table(run_dir / "dropped.parquet").to_pylist()}
+    dropped = pq.read_table(run_dir / "dropped.parquet").to_pylist()
+    dropped = {r["instruction_id"]: r for r in dropped}
     ids = seed.column("instruction_id").to_pylist()
     assert set(dropped) == {ids[1], ids[2]}
     assert dropped[ids[1]]["reason"] == "error" and "TypeError" in dropped[ids[1]]["detail"]
