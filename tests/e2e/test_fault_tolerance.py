@@ -257,3 +257,46 @@ def test_sigkill_during_verification_then_rerun_gives_the_same_verdicts(tmp_path
     assert _verdicts(run_dir) == expected
     assert {s: valid_markers(run_dir, s) for s in upstream} == upstream  # inputs untouched
     assert not list(run_dir.rglob("*.tmp"))
+
+
+def _actor_pids(pid: int) -> list[int]:
+    """Ray worker processes under the run that are executing a shard on a model actor."""
+    out = []
+    for child in _descendants(pid):
+        try:
+            if b"_ShardActor.run" in Path(f"/proc/{child}/cmdline").read_bytes():
+                out.append(child)
+        except OSError:
+            continue
+    return out
+
+
+@pytest.mark.models
+@pytest.mark.slow
+def test_ray_model_worker_killed_mid_shard_is_restarted_and_retried(artifacts):
+    import os
+    import signal
+
+    overrides = ["runner.kind=ray", "runner.num_cpus=2", "runner.model_workers=1",
+                 "runner.max_retries=2", f"mine.miners=[{SMOL}]", "mine.max_tokens=32",
+                 "runner.shard_size=2"]
+    run_dir = artifacts / "tiny-llm"
+    proc = start_cli(TINY, artifacts, overrides)
+    try:
+        deadline = time.monotonic() + 600
+        while not _actor_pids(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+        victims = _actor_pids(proc.pid)
+        assert victims, "no model actor ever ran a shard"
+        for pid in victims:
+            os.kill(pid, signal.SIGKILL)  # the worker dies mid-shard; the driver lives on
+        assert not valid_markers(run_dir, "mine")  # no shard had been committed yet
+        _, err = proc.communicate(timeout=600)
+    finally:
+        kill_group(proc)
+    assert proc.returncode == 0, err.decode()[-3000:]
+    mined = stage_output(run_dir, "mine")
+    tasks = mined.column("task_id").to_pylist()
+    assert sorted(tasks) == [f"{SMOL}|Python|{i:06d}" for i in range(4)]
+    success = json.loads((run_dir / "stages" / "mine" / "_SUCCESS").read_text())
+    assert success["executor"] == "ray" and success["shards"] == 2
