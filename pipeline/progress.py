@@ -67,9 +67,10 @@ def funnel_table(funnel: list[dict[str, Any]], seconds: float | None = None) -> 
     table = Table(title="funnel" + (f" ({seconds:.1f} s)" if seconds is not None else ""))
     for col in ("stage", "rows in", "kept", "dropped (by reason)", "model s", "other s",
                 "cache hits"):
-        table.add_column(col, justify="left" if col.startswith(("stage", "dropped")) else "right")
+        table.add_column(col, justify="left" if col.startswith(("stage", "dropped")) else "right",
+                         overflow="fold", no_wrap=col == "stage")
     for row in funnel:
-        dropped = ", ".join(f"{k}={v}" for k, v in sorted(row.get("dropped", {}).items())) or "-"
+        dropped = "\n".join(f"{k}={v}" for k, v in sorted(row.get("dropped", {}).items())) or "-"
         model_s = row.get("model_seconds", 0.0)
         hits, misses = row.get("cache_hits", 0), row.get("cache_misses", 0)
         cache = f"{hits}/{hits + misses}" if hits + misses else "-"

@@ -259,11 +259,14 @@ def _fill_from(table: pa.Table, ctx: StageContext, stage: str, column: str) -> p
     if column not in other.column_names:
         return table
     keys = [k for k in ("instruction_id", "model") if k in other.column_names]
-    other = other.select(keys + [column])
-    if "model" not in keys:
-        other = other.group_by("instruction_id", use_threads=False).aggregate(
-            [(column, "first")]).rename_columns(["instruction_id", column])
-    return table.join(other, keys, join_type="left outer")
+    # A dict lookup rather than Table.join: Arrow's hash join refuses list columns (the
+    # difficulty votes) riding along in the left table.
+    values: dict[tuple, object] = {}
+    for row in other.select(keys + [column]).to_pylist():
+        values.setdefault(tuple(row[k] for k in keys), row[column])
+    lookup = zip(*(table.column(k).to_pylist() for k in keys))
+    filled = pa.array([values.get(key) for key in lookup], other.schema.field(column).type)
+    return table.append_column(column, filled)
 
 
 def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array]:
