@@ -31,6 +31,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pipeline.backends import SamplingParams, create_backend
@@ -61,7 +62,7 @@ def run_pipeline_part(workdir: Path, args) -> dict:
     from pipeline.config import dump_config
     from pipeline.shards import DROPPED_SCHEMA
     from pipeline.store import RunStore
-    from tests.e2e.conftest import instructions_table
+    from pipeline.textnorm import instruction_id
 
     common = [f"artifacts_dir={workdir}", "runner.request_cache=false", "runner.kind=inline",
               f"runner.shard_size={args.shard_size}"]
@@ -71,8 +72,9 @@ def run_pipeline_part(workdir: Path, args) -> dict:
     answer_cfg = load_config(ROOT / "configs" / "tiny-llm.yaml", common + [
         "name=bench-answer", "stages=[answer]", f"experts=[{QWEN}, {SMOL}]",
         f"answer.max_tokens={args.max_tokens}"])
-    # answer's input, seeded as a complete compress stage (the tests' helper does the same)
-    seed = instructions_table(INSTRUCTIONS)
+    # answer's input, seeded as a complete compress stage (as tests/e2e/conftest.py does)
+    seed = pa.table({"instruction_id": [instruction_id(t) for t in INSTRUCTIONS],
+                     "instruction": INSTRUCTIONS, "language": ["Python"] * len(INSTRUCTIONS)})
     run_dir = workdir / "bench-answer"
     store = RunStore(run_dir)
     store.open(answer_cfg.config_hash(), dump_config(answer_cfg))
