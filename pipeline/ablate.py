@@ -171,7 +171,8 @@ def load_answers(run_dir: Path, source: str) -> tuple[pa.Table, str]:
         raise FileNotFoundError(f"{run_dir}: stage {source!r} is not complete (no "
                                 f"{stage.dir / '_SUCCESS'}); run the pipeline through {source}")
     table = stage.read()
-    return table, _fingerprint(source, info.get("fingerprint"), table_hash(table))
+    content = info.get("output_hash") or table_hash(table)  # the runner records it; else hash
+    return table, _fingerprint(source, info.get("fingerprint"), content)
 
 
 def emit_rule(table: pa.Table, plan: Plan, rule: str, out: Path, *, run_id: str,
