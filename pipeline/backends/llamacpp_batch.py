@@ -264,14 +264,22 @@ class BatchedDecoder:
         return [r if r is not None else Completion.failed("internal: no result") for r in results]
 
     def _step(self, results: list) -> None:
+        # Prompts first, each alone and in n_batch chunks, as Llama.eval feeds them: llama.cpp's
+        # logits depend on how a prompt is split into ubatches (and a mixed batch is split
+        # per sequence), so decoding a prompt together with other tokens changes outputs.
+        for slot in self._slots:
+            while slot.active and slot.leader is None and len(slot.cached) < slot.n_prompt:
+                self._decode([(slot, min(len(slot.todo), self.n_batch))], results)
+        # Then one token for every generating sequence, all in one batch.
+        decoding = [(slot, 1) for slot in self._slots if slot.active and slot.todo]
+        if decoding:
+            self._decode(decoding, results)
+
+    def _decode(self, work: list[tuple[_Slot, int]], results: list) -> None:
         lib, batch = self._lib, self._batch
-        budget = self.n_batch
-        plan: list[tuple[_Slot, int, int]] = []  # (slot, tokens this step, batch index or -1)
+        plan: list[tuple[_Slot, int, int]] = []  # (slot, tokens, batch index of logits or -1)
         n = 0
-        for slot in self._slots:  # ascending seq ids: llama.cpp groups consecutive sequences
-            if not slot.active or not slot.todo or budget == 0:
-                continue
-            take = min(len(slot.todo), budget)
+        for slot, take in work:  # ascending seq ids: llama.cpp groups consecutive sequences
             for j, token in enumerate(slot.todo[:take]):
                 batch.token[n] = token
                 batch.pos[n] = len(slot.cached) + j
@@ -280,14 +288,11 @@ class BatchedDecoder:
                 batch.logits[n] = take == len(slot.todo) and j == take - 1
                 n += 1
             plan.append((slot, take, n - 1 if take == len(slot.todo) else -1))
-            budget -= take
-        if n == 0:
-            return
         batch.n_tokens = n
         rc = lib.llama_decode(self.ctx, batch)
         self.stats["decode_calls"] += 1
         if rc != 0:
-            # The whole step failed: its sequences fail, the others and later requests go on.
+            # This call failed: its sequences fail, the others and later requests go on.
             failed = {id(slot) for slot, _, _ in plan}
             for slot in self._slots:
                 if id(slot) in failed or id(slot.leader) in failed:
