@@ -69,7 +69,7 @@ class EvalSettings(_Strict):
 
     suite: str = "humaneval"
     limit: int | None = Field(20, ge=1, description="first N problems; None: all")
-    max_new_tokens: int = Field(384, ge=1)
+    max_new_tokens: int = Field(256, ge=1)
     prompt_style: Literal["auto", "completion", "chat"] = Field(
         "chat", description="chat: the models are trained on chat turns")
     timeout_s: float | None = Field(None, gt=0, description="per program; None: the sandbox's")
