@@ -221,6 +221,7 @@ def _fill(disk, leave_bytes: int):
 
 
 @pytest.mark.models
+@pytest.mark.slow
 @pytest.mark.parametrize("cache", [False, True], ids=["no-request-cache", "request-cache"])
 def test_full_disk_fails_clearly_keeps_shards_and_resumes(small_disk, cache):
     overrides = [*SMOL_MINE, f"runner.request_cache={str(cache).lower()}"]

@@ -68,6 +68,7 @@ def _check_untouched(run_dir, stage, seen):
 
 
 @pytest.mark.models
+@pytest.mark.slow
 def test_sigkill_while_mining_then_rerun_loses_and_repeats_nothing(artifacts):
     # 4 single-sample (language) groups, 2 per shard: each shard makes two model calls, so a
     # kill between them leaves one answered request in the cache and no shard marker.
@@ -104,6 +105,7 @@ def test_sigkill_while_mining_then_rerun_loses_and_repeats_nothing(artifacts):
 
 
 @pytest.mark.models
+@pytest.mark.slow
 def test_sigkill_while_answering_reuses_cached_replies(artifacts):
     # SmolLM2 answers each shard first (fast), Qwen second (slow): the kill lands while Qwen
     # generates, after SmolLM2's replies for shard 0 are cached.
