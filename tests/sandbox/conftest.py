@@ -3,65 +3,17 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
-
-from pipeline.sandbox import Job, SandboxConfig, SandboxPool, self_check
-
-ISOLATED_MODES = ("forkserver", "per_exec")
-UID_BASE = 64100  # away from the default pool's uids, so other sandbox users do not disturb counts
-
-
-def _problems() -> list[str]:
-    return self_check(SandboxConfig(uid_base=UID_BASE))
-
-
-requires_isolation = pytest.mark.skipif(
-    bool(_problems()), reason=f"sandbox isolation unavailable: {_problems()}")
-
-
-def read_proc(name: str):
-    """(pid, text of /proc/<pid>/<name>) for every process still there when read."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                yield int(entry.name), (entry / name).read_text()
-            except OSError:
-                continue
-
-
-def processes_of_uids(uids) -> list[tuple[int, str]]:
-    """(pid, state) of every host process whose real uid is in ``uids``."""
-    found = []
-    for pid, status in read_proc("status"):
-        fields = dict(line.split(":", 1) for line in status.splitlines() if ":" in line)
-        if int(fields["Uid"].split()[0]) in uids:
-            found.append((pid, fields["State"].split()[0]))
-    return found
-
-
-class PoolUnderTest:
-    """A pool plus what a clean state looks like for it (servers alive, nothing else)."""
-
-    def __init__(self, mode: str, **overrides):
-        cfg = SandboxConfig(mode=mode, workers=1, uid_base=UID_BASE + 10 * ISOLATED_MODES.index(mode),
-                            **overrides)
-        self.pool = SandboxPool.from_config(cfg)
-        self.mode = mode
-        self.uids = {w.slot.uid for w in self.pool._workers}
-
-    def server_pids(self) -> set[int]:
-        return {w._server.proc.pid for w in self.pool._workers if w._server is not None}
-
-    def stray_processes(self) -> list[tuple[int, str]]:
-        """Processes of the slot uids beyond the fork servers themselves."""
-        procs = processes_of_uids(self.uids)
-        # one harness server per slot: the fork server, or per_exec's sandbox for the next job
-        return procs if len(procs) > len(self.uids) else []
-
-    def run(self, solution: str, tests: str, **kw):
-        return self.pool.run(Job(solution, tests, **kw))
+from sandbox_support import (  # noqa: F401  (re-exported for the tests)
+    ISOLATED_MODES,
+    UID_BASE,
+    PoolUnderTest,
+    _problems,
+    processes_of_uids,
+    read_proc,
+    requires_isolation,
+)
 
 
 @pytest.fixture(scope="module", params=ISOLATED_MODES)

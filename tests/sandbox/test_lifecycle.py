@@ -11,7 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
-from conftest import UID_BASE, processes_of_uids, read_proc, requires_isolation
+from sandbox_support import UID_BASE, processes_of_uids, read_proc, requires_isolation
 
 from pipeline.sandbox import PASSED, Job, SandboxConfig, SandboxPool
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
-from conftest import UID_BASE, requires_isolation
+from sandbox_support import UID_BASE, requires_isolation
 
 from pipeline.sandbox import (
     ERROR,
@@ -78,7 +78,7 @@ CASES = [(HUMANEVAL_SOLUTION, HUMANEVAL_TESTS, None), (RICH_SOLUTION, RICH_TESTS
 @pytest.fixture(scope="module", params=["forkserver", "per_exec", "degraded"])
 def any_pool(request):
     if request.param != "degraded":
-        from conftest import _problems
+        from sandbox_support import _problems
         if _problems():
             pytest.skip(f"sandbox isolation unavailable: {_problems()}")
     cfg = SandboxConfig(mode=request.param, workers=2, uid_base=UID_BASE + 70)
