@@ -218,7 +218,7 @@ def run(table: pa.Table, cfg: RepairConfig, ctx: StageContext) -> StageResult:
 
     verdicts = [_verdict_from_row(r) for r in rows]
     responses, codes = [r["response"] for r in rows], [r["code"] for r in rows]
-    stats: dict[str, float] = defaultdict(float)
+    stats: dict[str, float] = defaultdict(float, repair_attempted=0.0, repaired=0.0)
     for i, res in results.items():
         model = rows[i]["model"]
         stats["repair_attempted"] += 1

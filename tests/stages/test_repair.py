@@ -147,7 +147,7 @@ def test_unparseable_and_unfixed_replies_keep_the_original(pool):
     steps = json.loads(row["repair_trajectory"])
     assert steps[1]["code"] is None and steps[1]["parse_error"].startswith("code does not parse")
     assert "did not contain Python code" in steps[2]["feedback"]
-    assert result.stats.get("repaired", 0) == 0
+    assert result.stats["repaired"] == 0
     assert result.stats["repair_attempted"] == 1 and result.stats["repaired_within.2"] == 0
 
 
@@ -156,6 +156,7 @@ def test_zero_rounds_is_a_pass_through(pool):
     result = run(table, RepairConfig(max_rounds=0), Ctx(pool, {}, make_tests_table()))
     assert result.table.column("status").to_pylist() == table.column("status").to_pylist()
     assert not any(result.table.column("repaired").to_pylist())
+    assert result.stats == {"repair_attempted": 0, "repaired": 0}
 
 
 def test_feedback_text_carries_error_and_output_without_a_solution():
