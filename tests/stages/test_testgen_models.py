@@ -63,7 +63,8 @@ def test_real_author_writes_tests_that_separate_right_from_wrong(ctx):
     # characters of "hello world") never survives.
     for r in tests:
         if r["passed_by"] and "m0" not in r["passed_by"] and "m1" not in r["passed_by"]:
-            assert not r["survived"] and r["reason"] == "contradicts_consensus"
+            # discarded either against a consensus or because the answers agree on nothing
+            assert not r["survived"] and r["reason"] in ("contradicts_consensus", "no_consensus")
     print({k: len(v) for k, v in survivors.items()}, result.stats)
 
 
