@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 from pipeline.ablate_select import ABLATION_RULES, BASELINE, Plan, plan_selection, rule_table
 from pipeline.ablate_stats import BASE_ROW, cells, markdown_table, summarize
@@ -127,21 +127,10 @@ def load_ablate_config(path: Path, overrides: list[str] | None = None) -> Ablate
     Raises:
         ConfigError: missing file, bad YAML, unknown key, wrong type, missing recipe.
     """
-    from pipeline.config import ConfigError, _format_validation, apply_overrides
+    from pipeline.config import ConfigError, load_yaml_model
 
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: ablation config not found")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-    try:
-        cfg = AblateConfig.model_validate(apply_overrides(data, list(overrides or [])))
-    except ValidationError as exc:
-        raise ConfigError(_format_validation(exc, str(path))) from None
+    cfg = load_yaml_model(path, AblateConfig, list(overrides or []), what="ablation config")
     recipe = cfg.train_recipe
     if not recipe.is_absolute() and not recipe.is_file():
         recipe = path.parent / recipe

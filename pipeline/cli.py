@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 import sys
 from pathlib import Path
-from typing import Annotated, Optional
+from typing import Annotated
 
 import typer
 
@@ -19,7 +19,7 @@ config_app = typer.Typer(help="Check or print a run config.", no_args_is_help=Tr
 app.add_typer(config_app, name="config")
 
 DEFAULT_CONFIG = Path("configs/default.yaml")
-SetOpt = Annotated[Optional[list[str]], typer.Option(
+SetOpt = Annotated[list[str] | None, typer.Option(
     "--set", help="Override a config field: --set rate.alpha=0.5 (repeatable).")]
 
 
@@ -46,14 +46,18 @@ def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug l
 @app.command()
 def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAULT_CONFIG,
         set_: SetOpt = None,
-        name: Annotated[Optional[str], typer.Option(help="Run name (directory).")] = None,
+        name: Annotated[str | None, typer.Option(help="Run name (directory).")] = None,
         fresh: Annotated[bool, typer.Option(help="Discard an existing run directory.")] = False,
-        runner: Annotated[Optional[str], typer.Option(help="ray | inline")] = None,
-        ray_address: Annotated[Optional[str], typer.Option(help="Ray cluster address.")] = None,
+        runner: Annotated[str | None, typer.Option(help="ray | inline")] = None,
+        ray_address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress display.")] = False) -> None:
     """Run the pipeline; a rerun resumes where the last one stopped."""
-    from pipeline.runner import (ContractChainError, ModelUnavailableError, StageFailedError,
-                                 run_pipeline)
+    from pipeline.runner import (
+        ContractChainError,
+        ModelUnavailableError,
+        StageFailedError,
+        run_pipeline,
+    )
     from pipeline.store import StoreError
 
     overrides = list(set_ or [])
@@ -93,7 +97,7 @@ def config_show(file: Path, set_: SetOpt = None) -> None:
 
 
 @app.command()
-def inspect(run_dir: Path, stage: Annotated[Optional[str], typer.Argument()] = None,
+def inspect(run_dir: Path, stage: Annotated[str | None, typer.Argument()] = None,
             rows: Annotated[int, typer.Option(help="Sample rows to show.")] = 3) -> None:
     """Show a run's funnel and leaderboard, or one stage's schema, counts and sample rows."""
     from pipeline.inspect import inspect_run
@@ -153,7 +157,7 @@ def train(config: Path, set_: SetOpt = None) -> None:
 @app.command("eval")
 def eval_(model: str,
           suite: Annotated[str, typer.Option(help="Benchmark suite.")] = "humaneval",
-          limit: Annotated[Optional[int], typer.Option(help="First N problems.")] = None,
+          limit: Annotated[int | None, typer.Option(help="First N problems.")] = None,
           n_samples: Annotated[int, typer.Option(help="Samples per problem (pass@k).")] = 1) -> None:
     """pass@k of a model directory, a registered model id or `canonical` through the sandbox."""
     import json

@@ -147,6 +147,33 @@ def apply_overrides(data: dict[str, Any], overrides: list[str]) -> dict[str, Any
     return data
 
 
+def load_yaml_model(path: str | Path, model: type[BaseModel], overrides: list[str] | None = None,
+                    what: str = "config") -> Any:
+    """Read a YAML mapping, apply ``--set`` overrides and validate it as ``model``.
+
+    Shared by run, train and ablation configs, so every config file fails the same way.
+
+    Raises:
+        ConfigError: missing file, bad YAML or bytes, not a mapping, unknown key, wrong type;
+            the message names the file and the dotted field.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise ConfigError(f"{path}: {what} file not found")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except (yaml.YAMLError, UnicodeDecodeError) as exc:
+        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
+    if not isinstance(data, dict):
+        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
+    data = apply_overrides(data, list(overrides or []))
+    source = str(path) + (" (with --set overrides)" if overrides else "")
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise ConfigError(_format_validation(exc, source)) from None
+
+
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Any:
     """Load, override and validate a run config; relative model paths resolve against the file.
 
@@ -154,20 +181,8 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Any:
         ConfigError: missing file, bad YAML, unknown key, wrong type, unknown model id.
     """
     path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: config file not found")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except (yaml.YAMLError, UnicodeDecodeError) as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-    data = apply_overrides(data, overrides or [])
+    cfg = load_yaml_model(path, RunConfig, overrides)
     source = str(path) + (" (with --set overrides)" if overrides else "")
-    try:
-        cfg = RunConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format_validation(exc, source)) from None
     models_file = cfg.models_file if cfg.models_file.is_absolute() else path.parent / cfg.models_file
     cfg = cfg.model_copy(update={"models_file": models_file.resolve()})
     check_models(cfg, source)

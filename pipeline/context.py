@@ -7,6 +7,7 @@ shards loads each model once, like an actor would.
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 import time
@@ -143,8 +144,8 @@ def close_process_resources() -> None:
         for obj in list(_BACKENDS.values()) + list(_SANDBOX.values()):
             try:
                 obj.close()
-            except Exception:  # closing is best effort; the process is ending anyway
-                pass
+            except Exception as exc:  # noqa: BLE001 - best effort: the run is ending anyway
+                logging.getLogger(__name__).debug("closing %r failed: %s", obj, exc)
         _BACKENDS.clear()
         _SANDBOX.clear()
         _TABLES.clear()

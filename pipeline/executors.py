@@ -45,11 +45,11 @@ class InlineExecutor:
 class _ShardActor:
     """A Ray actor that keeps its models loaded between shards (process-level caches)."""
 
-    def run(self, spec, cfg, ctx, index, table, input_hash):  # noqa: ANN001 - Ray plumbing
+    def run(self, spec, cfg, ctx, index, table, input_hash):
         return dict(execute_shard(spec, cfg, ctx, index, table, input_hash), shard=index)
 
 
-def _run_task(spec, cfg, ctx, index, table, input_hash):  # noqa: ANN001 - Ray plumbing
+def _run_task(spec, cfg, ctx, index, table, input_hash):
     return dict(execute_shard(spec, cfg, ctx, index, table, input_hash), shard=index)
 
 

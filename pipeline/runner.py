@@ -279,6 +279,16 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     return RunResult(run_dir=run_dir, funnel=funnel, seconds=seconds)
 
 
-__all__ = ["RunResult", "run_pipeline", "run_stages", "run_stage", "check_chain", "plan_shards",
-           "ContractChainError", "ModelUnavailableError", "StageFailedError", "StoreError",
-           "check_models_available"]
+__all__ = [
+    "ContractChainError",
+    "ModelUnavailableError",
+    "RunResult",
+    "StageFailedError",
+    "StoreError",
+    "check_chain",
+    "check_models_available",
+    "plan_shards",
+    "run_pipeline",
+    "run_stage",
+    "run_stages",
+]

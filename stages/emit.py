@@ -28,13 +28,11 @@ import logging
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from typing import Literal
-
 from pydantic import Field
 
 from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec

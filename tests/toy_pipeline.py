@@ -16,10 +16,10 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.context import RunContext  # noqa: E402
-from pipeline.stage import StageConfig, StageResult, StageSpec  # noqa: E402
-from pipeline.store import RunStore  # noqa: E402
-from pipeline.textnorm import instruction_id  # noqa: E402
+from pipeline.context import RunContext
+from pipeline.stage import StageConfig, StageResult, StageSpec
+from pipeline.store import RunStore
+from pipeline.textnorm import instruction_id
 
 
 class GenConfig(StageConfig):

@@ -10,8 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Literal
 
-import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
 
 class _Strict(BaseModel):
@@ -78,20 +77,6 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
         ConfigError: missing file, bad YAML, unknown key or wrong type; the message names the
             file and the dotted field.
     """
-    # Same override syntax and error format as the run config.
-    from pipeline.config import ConfigError, _format_validation, apply_overrides
+    from pipeline.config import load_yaml_model
 
-    path = Path(path)
-    if not path.is_file():
-        raise ConfigError(f"{path}: train config not found")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as exc:
-        raise ConfigError(f"{path}: not valid YAML: {exc}") from None
-    if not isinstance(data, dict):
-        raise ConfigError(f"{path}: top level must be a mapping, got {type(data).__name__}")
-    data = apply_overrides(data, list(overrides or []))
-    try:
-        return TrainConfig.model_validate(data)
-    except ValidationError as exc:
-        raise ConfigError(_format_validation(exc, str(path))) from None
+    return load_yaml_model(path, TrainConfig, list(overrides or []), what="train config")
