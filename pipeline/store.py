@@ -234,6 +234,8 @@ class RunStore:
             shutil.rmtree(self.root)
             existing = {}
         self.root.mkdir(parents=True, exist_ok=True)
+        for stale in self.root.glob(".*.tmp"):  # left by a writer killed mid-write
+            stale.unlink(missing_ok=True)
         atomic_write_bytes(self.root / "config.yaml", config_yaml.encode())
         if not existing:
             existing = {"config_hash": config_hash, "code_version": __version__,
