@@ -3,16 +3,24 @@
 Input columns: ``instruction_id, instruction``. Output adds:
 
 - ``difficulty_votes``: list<struct<judge, score (null on a parse error), raw, parse_error>>,
-  one vote per judge, with the judge's raw text always kept;
+  one vote per judge, with the judge's raw text (or digit probabilities) always kept;
 - ``difficulty``: mean of the valid votes (null when there is none);
 - ``difficulty_n_valid``: number of valid votes.
 
 Rows without a valid vote are dropped as ``no_valid_vote``, with fewer than ``min_valid_votes``
 as ``too_few_valid_votes``; rows whose
 mean is below ``min_difficulty`` as ``below_min_difficulty``. The prompt lives in
-``pipeline/prompts/difficulty_{system,user}.txt``; the score must appear exactly once as
-``[[N]]`` (the strict bracketed format of MT-Bench-style judges) and anything else is a parse
-error, never a number.
+``pipeline/prompts/difficulty_*.txt``. Two protocols:
+
+- ``logprob`` (default, embedded llama.cpp judges): the judge is asked for one digit 1-9 and the
+  vote is the expected digit under its next-token probabilities. It costs one prompt evaluation
+  and no generated tokens, and the rubric comes before the request so that llama.cpp reuses the
+  evaluated rubric across requests. A vote whose digits hold less than ``min_choice_mass`` of the
+  probability is a parse error. In the smoke run the 0.5B judge missed the generative format on
+  4 of 11 requests; this reading cannot miss a format.
+- ``generative``: the judge writes a justification and ``[[N]]`` (1-10, the strict bracketed
+  format of MT-Bench-style judges); anything else is a parse error, never a number. For judges
+  behind servers that expose no next-token probabilities.
 """
 
 from __future__ import annotations
@@ -22,6 +30,8 @@ from functools import cache
 from pathlib import Path
 
 import pyarrow as pa
+from typing import Literal
+
 from pydantic import Field
 
 from pipeline.stage import StageConfig, StageResult, StageSpec
@@ -31,7 +41,11 @@ SCORE_MIN, SCORE_MAX = 1, 10
 _BRACKETED = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 _INTEGER = re.compile(r"[+-]?\d+")
 
-VOTE_TYPE = pa.struct([("judge", pa.string()), ("score", pa.int64()), ("raw", pa.string()),
+LOGPROB_MAX = 9  # one digit: "10" would be two tokens, and P("1") would mean both 1 and 10
+DIGIT_SPELLINGS = {str(k): (str(k), f" {k}") for k in range(SCORE_MIN, LOGPROB_MAX + 1)}
+
+# score is a float: the logprob protocol's vote is an expected digit, the generative one an integer.
+VOTE_TYPE = pa.struct([("judge", pa.string()), ("score", pa.float64()), ("raw", pa.string()),
                        ("parse_error", pa.string())])
 
 
@@ -40,12 +54,18 @@ class DifficultyConfig(StageConfig):
 
     judges: list[str] | None = Field(default=None,
                                      description="Judge model ids; default: the run's judges.")
+    protocol: Literal["logprob", "generative"] = Field(
+        default="logprob", description="logprob: expected 1-9 digit from next-token "
+        "probabilities (llama.cpp judges); generative: written [[N]] rating 1-10.")
+    min_choice_mass: float = Field(
+        default=0.5, ge=0.0, lt=1.0, description="logprob: a vote whose digit tokens hold less "
+        "probability than this is a parse error.")
     min_difficulty: float = Field(
         default=3.0, ge=SCORE_MIN, le=SCORE_MAX,
         description="Drop rows whose mean vote is below this (1-2: unclear or trivial).")
     min_valid_votes: int = Field(default=1, ge=1,
                                  description="Drop rows with fewer valid votes than this.")
-    max_tokens: int = Field(default=160, ge=8, description="Judge reply budget.")
+    max_tokens: int = Field(default=160, ge=8, description="generative: judge reply budget.")
     temperature: float = Field(default=0.0, ge=0)
     batch_size: int = Field(default=16, ge=1, description="Conversations per backend call.")
 
@@ -56,10 +76,11 @@ def load_prompt(name: str) -> str:
     return (PROMPTS / f"{name}.txt").read_text(encoding="utf-8").strip()
 
 
-def build_conversation(instruction: str) -> list[dict[str, str]]:
-    """The judge conversation for one request."""
+def build_conversation(instruction: str, protocol: str = "generative") -> list[dict[str, str]]:
+    """The judge conversation for one request under ``protocol``."""
+    name = "difficulty_logprob_user" if protocol == "logprob" else "difficulty_user"
     # str.replace, not str.format: requests contain braces (code) that format would parse.
-    user = load_prompt("difficulty_user").replace("{instruction}", instruction)
+    user = load_prompt(name).replace("{instruction}", instruction)
     return [{"role": "system", "content": load_prompt("difficulty_system")},
             {"role": "user", "content": user}]
 
@@ -99,17 +120,43 @@ def summarize_votes(votes: list[dict]) -> tuple[float | None, int]:
     return (sum(scores) / len(scores) if scores else None), len(scores)
 
 
+def logprob_votes(backend, judge: str, instructions: list[str],
+                  cfg: DifficultyConfig) -> list[dict]:
+    """One vote per instruction: the expected 1-9 digit under the judge's next-token probabilities."""
+    from stages.judge_logits import next_token_logprobs
+    from stages.judge_protocols import choice_probabilities, describe_probabilities
+
+    convs = [build_conversation(t, "logprob") for t in instructions]
+    votes: list[dict] = []
+    for logprobs, error in next_token_logprobs(backend, convs, DIGIT_SPELLINGS) if convs else []:
+        score, raw = None, ""
+        if error is not None:
+            error = f"backend error: {error}"
+        else:
+            probs, mass = choice_probabilities(logprobs, DIGIT_SPELLINGS)
+            raw = describe_probabilities(probs, mass)
+            if not probs or mass < cfg.min_choice_mass:
+                error = (f"digit tokens hold {mass:.4f} of the probability, "
+                         f"below min_choice_mass {cfg.min_choice_mass}")
+            else:
+                score = sum(int(d) * p for d, p in probs.items())
+        votes.append({"judge": judge, "score": score, "raw": raw, "parse_error": error})
+    return votes
+
+
 def judge_votes(backend, judge: str, instructions: list[str], cfg: DifficultyConfig,
                 seed: int) -> list[dict]:
     """One vote (judge, score, raw, parse_error) per instruction from one judge backend."""
     from pipeline.backends.base import SamplingParams
 
+    if cfg.protocol == "logprob":
+        return logprob_votes(backend, judge, instructions, cfg)
     params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
                             seed=seed)
     votes: list[dict] = []
     for start in range(0, len(instructions), cfg.batch_size):
         batch = instructions[start:start + cfg.batch_size]
-        replies = backend.chat([build_conversation(t) for t in batch], params)
+        replies = backend.chat([build_conversation(t, "generative") for t in batch], params)
         for reply in replies:
             completion = reply[0]
             if completion.finish_reason == "error":

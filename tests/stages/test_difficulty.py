@@ -52,6 +52,14 @@ def test_prompt_keeps_braces_and_asks_for_the_format():
     assert "[[N]]" in conv[1]["content"] and "clarity" in conv[1]["content"]
 
 
+def test_logprob_prompt_puts_the_rubric_before_the_request():
+    # llama.cpp reuses an evaluated prefix only up to the first differing token.
+    a, b = (build_conversation(t, "logprob")[1]["content"] for t in ("first {x}", "second"))
+    rubric = a[:a.index("first {x}")]
+    assert rubric == b[:b.index("second")] and "1 to 9" in rubric
+    assert "single digit" in a[a.index("first {x}"):] and "[[N]]" not in a
+
+
 def test_summarize_ignores_errors():
     votes = [{"score": 4}, {"score": None}, {"score": 7}]
     assert summarize_votes(votes) == (5.5, 2)
@@ -90,7 +98,7 @@ def test_stage_keeps_every_vote_and_filters():
                        "broken": Completion.failed("server down"), "half": ok("[[5]]")})
     table = pa.table({"instruction_id": ["1", "2", "3", "4"],
                       "instruction": ["hard", "easy", "broken", "half"]})
-    res = run(table, DifficultyConfig(min_difficulty=3.0, batch_size=2), make_ctx({"a": a, "b": b}))
+    res = run(table, DifficultyConfig(protocol="generative", min_difficulty=3.0, batch_size=2), make_ctx({"a": a, "b": b}))
     assert a.calls == 2 and b.calls == 2
     kept = res.table.to_pylist()
     assert [r["instruction"] for r in kept] == ["hard", "half"]
@@ -111,7 +119,7 @@ def test_min_valid_votes():
     a = ScriptedJudge({"x": ok("[[5]]")})
     b = ScriptedJudge({"x": ok("no idea")})
     table = pa.table({"instruction_id": ["1"], "instruction": ["x"]})
-    res = run(table, DifficultyConfig(min_valid_votes=2, min_difficulty=1),
+    res = run(table, DifficultyConfig(protocol="generative", min_valid_votes=2, min_difficulty=1),
               make_ctx({"a": a, "b": b}))
     assert res.table.num_rows == 0
     assert res.dropped.column("reason").to_pylist() == ["too_few_valid_votes"]
