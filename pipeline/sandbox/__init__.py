@@ -17,7 +17,9 @@ Layers, and what each one protects against:
 * **bubblewrap namespaces** (pid, net, ipc, uts, mount, cgroup): no network at all (not even the
   host's loopback), no view of host processes, a read-only ``/usr`` and interpreter prefix, no
   host ``/etc``, ``/home``, ``/root`` or project directory, a cleared environment (no secrets in
-  ``os.environ``), ``--die-with-parent`` so a killed supervisor leaves no sandbox behind.
+  ``os.environ``). Each sandbox runs in a pid namespace of its own whose init dies with the
+  supervisor's thread (``setpriv --pdeathsig``, ``unshare --kill-child``): a supervisor killed at
+  any moment, even while a sandbox starts, leaves no sandbox process behind (``launcher``).
 * **A fresh user/pid/mount/ipc/uts namespace per job** inside the sandbox: the job is pid 1 of its
   own pid namespace, so when it ends the kernel kills everything it started (a ``setsid`` daemon
   that ignores SIGTERM included); it cannot signal the fork server (not in its pid namespace, and

@@ -16,6 +16,10 @@ def _static_problems() -> list[str]:
         return [f"platform: the sandbox needs Linux namespaces, this is {sys.platform}"]
     if shutil.which("bwrap") is None:
         problems.append("bubblewrap: `bwrap` not found; install with `apt-get install bubblewrap`")
+    for tool in ("setpriv", "unshare"):  # they bind a sandbox's life to its supervisor's
+        if shutil.which(tool) is None:
+            problems.append(f"util-linux: `{tool}` not found; install with "
+                            "`apt-get install util-linux`")
     if not os.path.exists("/proc/self/ns/user"):
         problems.append("namespaces: kernel without user namespaces (CONFIG_USER_NS)")
     try:

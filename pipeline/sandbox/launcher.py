@@ -27,10 +27,31 @@ SLOT_LIMIT = 1024
 # Modules a fork-server imports once so that jobs importing them start fast.
 PRELOAD = ("re", "math", "collections", "itertools", "functools", "heapq", "bisect", "string",
            "typing", "unittest", "operator", "random", "json")
-# ``sh`` writes its own pid into the slot's cgroups, then execs bubblewrap: every process of the
-# sandbox is born inside the cgroups (Popen has no race-free way to do it without preexec_fn).
-_CGROUP_SH = ('n=$1; shift; while [ "$n" -gt 0 ]; do echo $$ > "$1" || exit 97; shift; '
-              'n=$((n-1)); done; exec "$@"')
+# Every sandbox starts as: setpriv (PR_SET_PDEATHSIG) -> sh (parent check, cgroups) -> unshare
+# (a pid namespace of its own) -> bubblewrap. Why each step, and why bubblewrap's own
+# ``--die-with-parent`` is not enough:
+#
+# bubblewrap's outer process clones its child into the sandbox's pid namespace and only then sets
+# PR_SET_PDEATHSIG; the child blocks on an eventfd until the outer process has written the uid
+# maps and released it. A supervisor killed while a sandbox starts (during a pool start, or
+# per_exec's next sandbox) kills or orphans the outer process before that write (PDEATHSIG, or
+# EPIPE on a descriptor of the dead supervisor), and the child, pid 1 of a namespace nobody else
+# knows, sleeps on the eventfd for ever: the idle "bwrap" with ppid 1 and no children found after
+# SIGKILL-heavy runs (reproduced by a test in tests/sandbox/test_lifecycle.py).
+#
+# * ``unshare --pid --fork --kill-child``: bubblewrap's outer process is pid 1 of a pid namespace
+#   that contains the whole sandbox, nested namespaces included; when it dies, for whatever
+#   reason and at whatever step, the kernel kills every process in it. ``--mount-proc`` gives it
+#   a /proc of that namespace (bubblewrap reads /proc/<child>/ns with the pid clone returned).
+#   ``unshare`` itself stays as its parent and takes it down with PDEATHSIG when it dies.
+# * ``setpriv --pdeathsig KILL``: ``unshare`` dies with the supervisor's thread that started it.
+# * ``sh`` checks ``$PPID`` after setpriv set the signal: a supervisor that died before that
+#   (between fork and prctl, where PDEATHSIG cannot fire any more) leaves a process whose parent
+#   is no longer the supervisor, which exits at once. It also writes its pid into the slot's
+#   cgroups before it execs, so every process of the sandbox is born inside them (Popen has no
+#   race-free way to do either without preexec_fn, which is unsafe in threaded processes).
+_START_SH = ('[ "$PPID" = "$1" ] || exit 96; n=$2; shift 2; while [ "$n" -gt 0 ]; do '
+             'echo $$ > "$1" || exit 97; shift; n=$((n-1)); done; exec "$@"')
 
 
 class Slot:
@@ -120,9 +141,13 @@ def harness_config(*, isolated: bool, verdict_fd: int, max_jobs: int, cfg, secco
     }).hex()
 
 
-def sandbox_command(harness_cfg: str, info_fd: int, cfg,
-                    cgroup_procs: Sequence[str] = ()) -> list[str]:
-    """argv for one sandbox: [sh cgroup wrapper] bwrap ... python harness (drops to ``uid``)."""
+def sandbox_command(harness_cfg: str, cfg, cgroup_procs: Sequence[str] = ()) -> list[str]:
+    """argv for one sandbox: setpriv, sh, unshare, bwrap ..., python harness (drops to ``uid``).
+
+    The process started with it must be a child of this process (its ``$PPID`` is checked
+    against ``os.getpid()``), started by a thread that outlives the sandbox (PDEATHSIG follows
+    the thread that forked).
+    """
     bwrap = shutil.which("bwrap") or "bwrap"
     python = os.path.realpath(sys.executable)
     work_bytes = str(cfg.work_dir_mb << 20)
@@ -136,7 +161,7 @@ def sandbox_command(harness_cfg: str, info_fd: int, cfg,
     else:
         args += ["--unshare-all", "--unshare-user"]
     args += ["--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
-             "--info-fd", str(info_fd), *_root_layout()]
+             *_root_layout()]
     for path in _python_dirs():
         args += [*_mkdirs(path), "--ro-bind", path, path]
     args += [*_mkdirs(HARNESS_DIR), "--ro-bind", str(HARNESS_HOST_DIR), HARNESS_DIR,
@@ -144,9 +169,13 @@ def sandbox_command(harness_cfg: str, info_fd: int, cfg,
              "--perms", "1777", "--size", work_bytes, "--tmpfs", "/tmp",
              "--perms", "1777", "--size", work_bytes, "--tmpfs", WORK_DIR, "--chdir", WORK_DIR]
     args += [python, "-I", "-S", f"{HARNESS_DIR}/{HARNESS_ENTRY}", harness_cfg]
-    if cgroup_procs:
-        args = ["/bin/sh", "-c", _CGROUP_SH, "sh", str(len(cgroup_procs)), *cgroup_procs, *args]
-    return args
+    # Without root, a pid namespace needs a user namespace of its own (mapped to the same uid).
+    userns = [] if privileged else ["--user", "--map-current-user"]
+    unshare = [shutil.which("unshare") or "unshare", *userns, "--pid", "--fork",
+               "--kill-child=KILL", "--mount-proc"]
+    return [shutil.which("setpriv") or "setpriv", "--pdeathsig", "KILL", "--", "/bin/sh", "-c",
+            _START_SH, "sh", str(os.getpid()), str(len(cgroup_procs)), *cgroup_procs,
+            *unshare, *args]
 
 
 def degraded_command(harness_cfg: str) -> list[str]:

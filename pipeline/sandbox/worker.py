@@ -7,7 +7,6 @@ that forked bubblewrap exits, not the process.
 
 from __future__ import annotations
 
-import json
 import marshal
 import os
 import select
@@ -58,7 +57,6 @@ class _Server:
     proc: subprocess.Popen
     ctl_w: int
     verdict_r: int
-    info_r: int
     stderr: Any  # a temporary file: bubblewrap's and the harness's own errors
     jobs: int = 0
     ready: bool = False
@@ -82,7 +80,8 @@ class SandboxWorker:
             layers += [f"uid:{slot.uid}", "bwrap", "job_namespaces"]
         if cgroup is not None:
             layers += ["cgroup_memory", "cgroup_pids"]
-            cgroup.set_pids_max(cfg.max_procs + 16)  # + two sandboxes' own processes
+            # + two sandboxes' own processes (unshare, bwrap x2, server; bwrap's setup helper)
+            cgroup.set_pids_max(cfg.max_procs + 20)
         self.limits = tuple(layers)
 
     # -- server lifecycle ---------------------------------------------------------------------
@@ -106,7 +105,6 @@ class SandboxWorker:
         """Start a sandbox without waiting for it (``_await_ready`` does)."""
         ctl_r, ctl_w = os.pipe()
         verdict_r, verdict_w = os.pipe()
-        info_r, info_w = os.pipe()
         max_jobs = 1 if self.mode == MODE_PER_EXEC else self.cfg.recycle_after
         isolated = self.mode != MODE_DEGRADED
         hcfg = launcher.harness_config(
@@ -117,18 +115,18 @@ class SandboxWorker:
             uid=self.slot.uid if isolated and os.geteuid() == 0 else None)
         if isolated:
             procs = self.cgroup.procs_files if self.cgroup else ()
-            argv = launcher.sandbox_command(hcfg, info_w, self.cfg, procs)
+            argv = launcher.sandbox_command(hcfg, self.cfg, procs)
         else:
             argv = launcher.degraded_command(hcfg)
         stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the server
         try:
             proc = subprocess.Popen(argv, stdin=ctl_r, stdout=subprocess.DEVNULL,
-                                    stderr=stderr, pass_fds=(verdict_w, info_w),
+                                    stderr=stderr, pass_fds=(verdict_w,),
                                     env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
         finally:
-            for fd in (ctl_r, verdict_w, info_w):
+            for fd in (ctl_r, verdict_w):
                 os.close(fd)
-        return _Server(proc, ctl_w, verdict_r, info_r, stderr)
+        return _Server(proc, ctl_w, verdict_r, stderr)
 
     def _await_ready(self, server: _Server) -> None:
         ready = _read_frame(server.verdict_r, time.monotonic() + self.cfg.start_timeout_s)
@@ -141,18 +139,20 @@ class SandboxWorker:
         server.ready = True
 
     def _kill(self, server: _Server) -> None:
-        """Kill a sandbox whole: its pid-1 (bwrap's init) takes the namespace down with it."""
+        """Kill a sandbox whole, and reap every process of it here.
+
+        Isolated modes: SIGKILL to bubblewrap's outer process, pid 1 of the namespace ``unshare``
+        made (see ``launcher``), takes the whole sandbox down; ``unshare`` reaps it and exits,
+        and we reap ``unshare``. Killing ``unshare`` first would orphan the rest to the host's
+        init, which may reap late (zombies).
+        """
         if server.proc.poll() is None:
-            try:
-                if select.select([server.info_r], [], [], 0)[0]:
-                    info = json.loads(os.read(server.info_r, 4096) or b"{}")
-                    if info.get("child-pid"):
-                        os.kill(int(info["child-pid"]), signal.SIGKILL)
-                        # bubblewrap reaps its init and exits by itself; killing it first would
-                        # orphan the init to the host's pid 1, which may reap it late (zombie).
-                        server.proc.wait(timeout=2)
-            except (OSError, ValueError, subprocess.TimeoutExpired):
-                pass
+            if self.mode != MODE_DEGRADED:
+                _kill_children(server.proc.pid)
+                try:
+                    server.proc.wait(timeout=2)
+                except subprocess.TimeoutExpired:
+                    pass
             try:
                 os.killpg(server.proc.pid, signal.SIGKILL)
             except OSError:
@@ -160,7 +160,7 @@ class SandboxWorker:
         self._close(server)
 
     def _close(self, server: _Server) -> None:
-        for fd in (server.ctl_w, server.verdict_r, server.info_r):
+        for fd in (server.ctl_w, server.verdict_r):
             try:
                 os.close(fd)
             except OSError:
@@ -224,6 +224,32 @@ class SandboxWorker:
             _empty_dir(self._workdir)
         return to_result(verdict, timeout_s=timeout_s, oom_killed=oom,
                          tests_total=tests.tests_total, isolation=self.mode, limits=self.limits)
+
+
+def _kill_children(pid: int) -> None:
+    """SIGKILL the children of ``pid`` (our own child, not yet reaped), without pid reuse races.
+
+    A pidfd opened while the pid is still listed as a child of ``pid`` names that very process:
+    only ``pid`` can reap it, so its number cannot have been reused.
+    """
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children") as f:
+            children = [int(c) for c in f.read().split()]
+    except (OSError, ValueError):
+        return
+    for child in children:
+        try:
+            pidfd = os.pidfd_open(child)
+        except OSError:
+            continue
+        try:
+            with open(f"/proc/{pid}/task/{pid}/children") as f:
+                if str(child) in f.read().split():
+                    signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        except OSError:
+            pass
+        finally:
+            os.close(pidfd)
 
 
 def _write_all(fd: int, data: bytes) -> None:
