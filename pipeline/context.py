@@ -18,6 +18,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pipeline.backends.base import LogprobUnsupportedError
 from pipeline.store import RunStore
 
 _BACKENDS: dict[tuple, Any] = {}
@@ -55,6 +56,12 @@ class _TimedBackend:
 
     def chat(self, *args: Any, **kwargs: Any) -> Any:
         return self._timed("chat", *args, **kwargs)
+
+    def next_token_logprobs(self, *args: Any, **kwargs: Any) -> Any:
+        if not hasattr(self._inner, "next_token_logprobs"):
+            raise LogprobUnsupportedError(f"model {self._inner.model_id!r}: this backend gives "
+                                          "no next-token probabilities")
+        return self._timed("next_token_logprobs", *args, **kwargs)
 
 
 class RunContext:

@@ -22,6 +22,15 @@ class BackendError(RuntimeError):
     """A backend cannot serve requests at all (server unreachable, model cannot load)."""
 
 
+class LogprobUnsupportedError(BackendError):
+    """The backend cannot give next-token probabilities (only embedded llama.cpp models can)."""
+
+
+# Per conversation: ({token text: log probability} for the candidates that are one token, None),
+# or (None, error) when the prompt could not be evaluated.
+LogprobReading = tuple[dict[str, float] | None, str | None]
+
+
 @dataclasses.dataclass(frozen=True)
 class SamplingParams:
     """Sampling settings shared by every backend (OpenAI semantics: no top-k, no min-p).
@@ -117,6 +126,19 @@ class Backend(Protocol):
 
     def close(self) -> None:
         """Release the model / connections."""
+
+
+@runtime_checkable
+class LogprobBackend(Backend, Protocol):
+    """A backend that also reads next-token probabilities (the logprob judge protocols)."""
+
+    def next_token_logprobs(self, conversations: list[Conversation],
+                            candidates: Sequence[str]) -> list[LogprobReading]:
+        """Log probabilities of ``candidates`` as the assistant's first token, per conversation.
+
+        Each conversation is rendered with the generation prompt; only candidates that are a
+        single token of this model appear in a reading.
+        """
 
 
 def truncate_at_stop(text: str, stop: Sequence[str]) -> tuple[str, bool]:

@@ -20,7 +20,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.backends.base import Completion, SamplingParams
+from pipeline.backends.base import Completion, LogprobReading, SamplingParams
 from pipeline.backends.rendered_chat import RenderedChat, add_bos
 
 log = logging.getLogger(__name__)
@@ -187,6 +187,14 @@ class LlamaCppBackend(RenderedChat):
                 log.warning("llamacpp %s: request failed: %s", self.model_id, exc)
                 return Completion.failed(f"{type(exc).__name__}: {exc}")
         return parse_llama_output(output)
+
+    def next_token_logprobs(self, conversations: list[list[dict[str, str]]],
+                            candidates: list[str]) -> list[LogprobReading]:
+        """See :class:`pipeline.backends.base.LogprobBackend`."""
+        from pipeline.backends.llamacpp_logprobs import next_token_logprobs
+
+        prompts = [self.apply_chat_template(c, add_generation_prompt=True) for c in conversations]
+        return next_token_logprobs(self, prompts, candidates)
 
     def close(self) -> None:
         """Free the model and context."""

@@ -15,7 +15,15 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from pipeline.backends.base import Backend, BackendError, Completion, Conversation, SamplingParams
+from pipeline.backends.base import (
+    Backend,
+    BackendError,
+    Completion,
+    Conversation,
+    LogprobReading,
+    LogprobUnsupportedError,
+    SamplingParams,
+)
 
 # Bump when the stored value layout or key recipe changes, so old entries are ignored.
 CACHE_FORMAT = 1
@@ -86,6 +94,30 @@ class CachedBackend:
                 results[i] = completions
                 if all(c.error is None for c in completions):
                     self._cache.set(keys[i], [c.to_dict() for c in completions])
+        return results  # type: ignore[return-value]
+
+    def next_token_logprobs(self, conversations: list[Conversation],
+                            candidates: list[str]) -> list[LogprobReading]:
+        """Cached :meth:`LogprobBackend.next_token_logprobs`; failed readings are not stored."""
+        read = getattr(self.inner, "next_token_logprobs", None)
+        if read is None:
+            raise LogprobUnsupportedError(f"model {self.model_id!r}: this backend gives no "
+                                          "next-token probabilities")
+        method = "next_token_logprobs:" + json.dumps(sorted(candidates), ensure_ascii=False)
+        keys = [request_key(self.model_id, self.weights_id, method, c, SamplingParams())
+                for c in conversations]
+        results: list[LogprobReading | None] = [
+            (stored, None) if (stored := self._cache.get(k)) is not None else None for k in keys]
+        missing = [i for i, r in enumerate(results) if r is None]
+        with self._lock:
+            self._stats.hits += len(keys) - len(missing)
+            self._stats.misses += len(missing)
+        if missing:
+            fresh = read([conversations[i] for i in missing], candidates)
+            for i, reading in zip(missing, fresh, strict=True):
+                results[i] = reading
+                if reading[1] is None:
+                    self._cache.set(keys[i], reading[0])
         return results  # type: ignore[return-value]
 
     def _get(self, key: str) -> list[Completion] | None:

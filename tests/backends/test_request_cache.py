@@ -115,3 +115,48 @@ def test_processes_share_one_cache_directory(tmp_path):
     cached = CachedBackend(inner, tmp_path, "w")
     cached.complete([f"p{i}-{k}" for i in range(2) for k in range(20)], SamplingParams())
     assert inner.calls == [] and cached.cache_stats() == {"hits": 40, "misses": 0}
+
+
+class LogprobBackend(CountingBackend):
+    """Adds next-token readings: log P(candidate) = -len(candidate); 'FAIL' requests fail."""
+
+    def next_token_logprobs(self, conversations, candidates):
+        out = []
+        for conv in conversations:
+            self.calls.append(conv[-1]["content"])
+            if "FAIL" in conv[-1]["content"]:
+                out.append((None, "boom"))
+            else:
+                out.append(({c: -float(len(c)) for c in candidates}, None))
+        return out
+
+
+def test_logprob_readings_are_cached_per_conversation_and_candidates(tmp_path):
+    conv = [{"role": "user", "content": "rate this"}]
+    bad = [{"role": "user", "content": "FAIL"}]
+    first = CachedBackend(LogprobBackend(), tmp_path, "sha")
+    assert first.next_token_logprobs([conv, bad], ["1", " 1"]) == [
+        ({"1": -1.0, " 1": -2.0}, None), (None, "boom")]
+    first.close()
+
+    inner = LogprobBackend()
+    second = CachedBackend(inner, tmp_path, "sha")
+    assert second.next_token_logprobs([conv, bad], [" 1", "1"])[0] == ({"1": -1.0, " 1": -2.0},
+                                                                       None)
+    assert inner.calls == ["FAIL"]  # the failure was not stored; the reading was
+    second.next_token_logprobs([conv], ["A"])
+    assert inner.calls == ["FAIL", "rate this"]  # other candidates: another entry
+    assert second.cache_stats() == {"hits": 1, "misses": 2}
+
+
+def test_a_backend_without_readings_says_so(tmp_path):
+    import pytest
+
+    from pipeline.backends.base import LogprobUnsupportedError
+    from stages.judge_logits import next_token_logprobs
+
+    cached = CachedBackend(CountingBackend(), tmp_path, "sha")
+    with pytest.raises(LogprobUnsupportedError, match="'echo'"):
+        cached.next_token_logprobs([[{"role": "user", "content": "x"}]], ["1"])
+    with pytest.raises(LogprobUnsupportedError, match="generative protocol"):
+        next_token_logprobs(CountingBackend(), [[{"role": "user", "content": "x"}]], {"1": ("1",)})
