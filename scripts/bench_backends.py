@@ -15,7 +15,8 @@ Usage::
 ``--batch`` measures instead the batched path (:mod:`pipeline.backends.llamacpp_batch`):
 aggregate completion tok/s of one ``chat`` call over ``--batch-prompts`` distinct requests at
 each ``--batch-sizes`` value, against the sequential path (batch size 1, each request alone)
-in the same process (target: >= 3x at the best size for the 0.5B model)::
+in the same process (target: >= 3x at the best size for the 0.5B model). ``--threads`` defaults
+to 1, what each of the pipeline's model workers uses (one per core)::
 
     python scripts/bench_backends.py --batch --models qwen2.5-coder-0.5b --batch-sizes 1 4 8 16
 """
@@ -138,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", nargs="*", help="model ids (default: all llamacpp models)")
     parser.add_argument("--max-tokens", type=int, default=48)
     parser.add_argument("--reps", type=int, default=2)
-    parser.add_argument("--threads", type=int, default=2)
+    # One pipeline model worker: the Ray executor runs one single-threaded worker per core.
+    parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--batch", action="store_true", help="benchmark batch sizes instead")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--batch-prompts", type=int, default=16)
