@@ -132,3 +132,37 @@ def test_empty_input_keeps_schema():
     assert res.table.num_rows == 0
     assert res.table.schema.field("difficulty_votes").type.value_type.names == [
         "judge", "score", "raw", "parse_error"]
+
+
+def test_logprob_protocol_drops_requests_that_are_not_tasks(monkeypatch):
+    import math
+
+    # Pure logic: readings keyed by request text stand in for a judge's next-token logprobs.
+    task_yes = {"sort it": 0.9, "what is your name?": 0.3, "broken": None}
+    digit = {"sort it": "7", "what is your name?": "5", "broken": "5"}
+
+    def fake_logprobs(backend, conversations, spellings):
+        out = []
+        for conv in conversations:
+            text = conv[-1]["content"].split("<<<\n", 1)[1].split("\n>>>", 1)[0]
+            if "yes" in spellings:
+                p = task_yes[text]
+                out.append((None, "decode failed") if p is None else
+                           ({"Yes": math.log(p), "No": math.log(1 - p)}, None))
+            else:
+                out.append(({digit[text]: 0.0}, None))
+        return out
+
+    monkeypatch.setattr("stages.judge_logits.next_token_logprobs", fake_logprobs)
+    table = pa.table({"instruction_id": ["1", "2", "3"],
+                      "instruction": ["sort it", "what is your name?", "broken"]})
+    ctx = make_ctx({"a": object()})
+    res = run(table, DifficultyConfig(min_difficulty=3.0, min_task_prob=0.55), ctx)
+    kept = res.table.to_pylist()
+    assert [(r["instruction"], r["difficulty"]) for r in kept] == [("sort it", 7.0)]
+    assert abs(kept[0]["task_prob"] - 0.9) < 1e-9
+    reasons = dict(zip(res.dropped.column("instruction").to_pylist(),
+                       res.dropped.column("reason").to_pylist()))
+    assert reasons == {"what is your name?": "not_a_task", "broken": "no_task_reading"}
+    off = run(table, DifficultyConfig(min_difficulty=3.0, min_task_prob=None), ctx)
+    assert off.table.num_rows == 3 and off.table.column("task_prob").null_count == 3

@@ -50,11 +50,22 @@ def test_logprob_votes_rank_a_specific_hard_request_above_a_trivial_one(backend)
     assert votes["hard"]["score"] > votes["trivial"]["score"]
 
 
+def test_task_probability_ranks_a_task_above_a_meta_request(backend):
+    ctx = types.SimpleNamespace(seed=0, config=types.SimpleNamespace(judge_ids=[MODEL]),
+                                backend=lambda model_id: backend, advance=lambda rows: None)
+    meta = "What is the name of your Python function?"
+    table = pa.table({"instruction_id": ["hard", "meta"], "instruction": [HARD, meta]})
+    res = run(table, DifficultyConfig(min_difficulty=1.0, min_task_prob=0.0), ctx)
+    prob = dict(zip(res.table.column("instruction_id").to_pylist(),
+                    res.table.column("task_prob").to_pylist()))
+    assert 0.0 < prob["meta"] < prob["hard"] < 1.0
+
+
 def test_too_little_digit_mass_is_a_parse_error_not_a_score(backend):
     ctx = types.SimpleNamespace(seed=0, config=types.SimpleNamespace(judge_ids=[MODEL]),
                                 backend=lambda model_id: backend, advance=lambda rows: None)
     table = pa.table({"instruction_id": ["hard"], "instruction": [HARD]})
-    res = run(table, DifficultyConfig(min_difficulty=1.0, min_choice_mass=0.999999), ctx)
+    res = run(table, DifficultyConfig(min_difficulty=1.0, min_choice_mass=0.999999, min_task_prob=None), ctx)
     assert res.table.num_rows == 0
     vote = res.dropped.to_pylist()[0]["difficulty_votes"][0]
     assert vote["score"] is None and "below min_choice_mass" in vote["parse_error"]
