@@ -34,6 +34,8 @@ class SlotCgroup:
             path.mkdir(parents=True, exist_ok=True)
         self._memsw = (self.memory / "memory.memsw.limit_in_bytes").exists()
         self._limit = -1
+        # Read twice per job: an open descriptor re-read at offset 0 costs a quarter of an open.
+        self._oom_fd = os.open(self.memory / "memory.oom_control", os.O_RDONLY | os.O_CLOEXEC)
 
     @property
     def procs_files(self) -> list[str]:
@@ -60,7 +62,7 @@ class SlotCgroup:
 
     def oom_kills(self) -> int:
         """Processes the kernel's OOM killer has killed in this cgroup so far."""
-        for line in (self.memory / "memory.oom_control").read_text().splitlines():
+        for line in os.pread(self._oom_fd, 4096, 0).decode().splitlines():
             key, _, value = line.partition(" ")
             if key == "oom_kill":
                 return int(value)
@@ -71,6 +73,9 @@ class SlotCgroup:
 
     def remove(self) -> None:
         """Delete the cgroups (only possible once empty; a busy one is left for the next pool)."""
+        if self._oom_fd >= 0:
+            os.close(self._oom_fd)
+            self._oom_fd = -1
         for path in (self.memory, self.pids):
             try:
                 path.rmdir()

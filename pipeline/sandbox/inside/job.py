@@ -48,6 +48,7 @@ class _Job:
 
     ev_fd = -1
     nonce = ""  # events without it are ignored: a bare write to the channel cannot forge a pass
+    ok_line = b""  # the event of a passed assertion, built once per job
     reason = ""
 
 
@@ -69,6 +70,8 @@ def _is_numpy_value(value, t):
 def _is_plain(value):
     """True when the value is built only from exact builtin types (no subclasses, no user types;
     numpy scalars and non-object arrays count as builtin)."""
+    if _type(value) in _PLAIN_SCALARS:  # the common case, without the walk below
+        return True
     stack, seen = [value], set()
     while stack:
         v = stack.pop()
@@ -117,7 +120,7 @@ def _af_cmp(ops, *operands):
 
 def _af_assert(value):
     if value:
-        _emit(b"ok")
+        _write(_Job.ev_fd, _Job.ok_line)  # what _emit(b"ok") writes
     return value
 
 
@@ -165,12 +168,12 @@ def run_job(job, cfg):
         _report(exc, "compile", sources)
         _exit(0)
     chunks = [(kind, marshal.loads(code)) for kind, code in job["chunks"]]
-    snapshots = [(builtins, dict(vars(builtins)))]
-    if any("unittest" in line for line in job["lines"]):
+    snapshots = _Pre.snapshots
+    if "unittest" not in sys.modules and any("unittest" in line for line in job["lines"]):
         import unittest  # noqa: F401 - imported before the solution so its TestCase is restorable
-    if "unittest" in sys.modules:
+    if "unittest" in sys.modules and len(snapshots) == 1:
         case = sys.modules["unittest"].TestCase
-        snapshots.append((case, dict(vars(case))))
+        snapshots = [*snapshots, (case, dict(vars(case)))]
     # The solution runs as the real __main__ (pickling its classes works) and does not find
     # this harness in sys.modules.
     main_module = types.ModuleType("__main__")
@@ -227,6 +230,69 @@ def _flush_and_exit():
     _exit(0)
 
 
+class _Pre:
+    """Everything a job's setup needs that does not depend on the job, built once in the server
+    (``setup``): forked children then only make system calls. Building ctypes types, buffers and
+    file objects in every job costs hundreds of page faults on copy-on-write pages."""
+
+    prctl = capset = unshare = mount = None
+    cap_header = cap_data = seccomp_prog = None
+    id_maps = ()  # (path, bytes) for setgroups, uid_map, gid_map
+    tmpfs = ()  # mount points
+    tmpfs_opts = b""
+    static_limits = ()  # (resource, soft, hard) that no job changes
+    snapshots = ()  # (builtins and unittest.TestCase, their dict before any solution ran)
+    hard = None  # {resource: hard limit} of the job-dependent resources
+    page = 4096
+
+
+def setup(cfg):
+    """Prepare ``_Pre`` in the server, after it dropped to its uid and before any job."""
+    _Pre.prctl, _Pre.capset, _Pre.unshare, _Pre.mount = (
+        libc.prctl, libc.capset, libc.unshare, libc.mount)
+    _Pre.cap_header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, self
+    _Pre.cap_data = (ctypes.c_uint32 * 6)()  # no capability at all
+    if cfg["seccomp_hex"]:
+        bpf = binascii.unhexlify(cfg["seccomp_hex"])
+        _Pre.seccomp_filter = ctypes.create_string_buffer(bpf, len(bpf))  # kept alive here
+        _Pre.seccomp_prog = ctypes.c_char_p(
+            struct.pack("HxxxxxxQ", len(bpf) // 8, ctypes.addressof(_Pre.seccomp_filter)))
+    uid, gid = os.getuid(), os.getgid()
+    _Pre.id_maps = (("/proc/self/setgroups", b"deny"), ("/proc/self/uid_map", b"%d %d 1" % (uid, uid)),
+                    ("/proc/self/gid_map", b"%d %d 1" % (gid, gid)))
+    _Pre.tmpfs = (b"/tmp", cfg["work_dir"].encode())
+    _Pre.tmpfs_opts = f"size={cfg['work_bytes']},mode=1777".encode()
+    static = [
+        (resource.RLIMIT_NPROC, cfg["max_procs"] + 4),  # + server, C1, C2 and slack
+        (resource.RLIMIT_FSIZE, cfg["work_bytes"]),
+        (resource.RLIMIT_NOFILE, cfg["max_files"]),
+        (resource.RLIMIT_CORE, 0),
+    ]
+    _Pre.static_limits = tuple((which, *_clamped(which, value)) for which, value in static)
+    _Pre.hard = {which: resource.getrlimit(which)[1]
+                 for which in (resource.RLIMIT_AS, resource.RLIMIT_CPU)}
+    _Pre.page = os.sysconf("SC_PAGE_SIZE")
+    for stream in (sys.stdout, sys.stderr):  # inherited by every job; the server never prints
+        stream.reconfigure(line_buffering=True)
+
+
+def take_snapshots():
+    """In the server, after its preloads: what ``run_job`` restores once the solution ran."""
+    snapshots = [(builtins, dict(vars(builtins)))]
+    if "unittest" in sys.modules:
+        case = sys.modules["unittest"].TestCase
+        snapshots.append((case, dict(vars(case))))
+    _Pre.snapshots = tuple(snapshots)
+
+
+def _clamped(which, value, hard=None):
+    """(soft, hard) for ``value``, never above the existing hard limit (raising it would fail)."""
+    hard = resource.getrlimit(which)[1] if hard is None else hard
+    if hard != resource.RLIM_INFINITY:
+        value = min(value, hard)
+    return value, value if which != resource.RLIMIT_CPU else value + 1
+
+
 def _prepare_c2(job, cfg, fds):
     """Limits, output plumbing and privilege drop of C2, before any untrusted code."""
     ev_w, out_w, err_w = fds
@@ -234,10 +300,8 @@ def _prepare_c2(job, cfg, fds):
     # setsid would also create a scheduler autogroup per job.
     os.setpgid(0, 0)
     if cfg["isolated"]:
-        check(libc.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "pdeathsig")
-        header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
-        data = (ctypes.c_uint32 * 6)()
-        check(libc.capset(header, data), "capset")
+        check(_Pre.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "pdeathsig")
+        check(_Pre.capset(_Pre.cap_header, _Pre.cap_data), "capset")
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
     os.dup2(out_w, 1)
@@ -245,52 +309,51 @@ def _prepare_c2(job, cfg, fds):
     ev = os.dup2(ev_w, 3)
     os.closerange(4, 1 << 16)
     _Job.ev_fd, _Job.nonce = ev, job["nonce"]
+    _Job.ok_line = job["nonce"] + b"\tok\n"
     os.chdir(cfg["work_dir"])
     try:
-        with open("/proc/self/oom_score_adj", "w") as f:
-            f.write("1000")  # the memory cgroup kills the job, never the server
+        fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
+        try:
+            os.write(fd, b"1000")  # the memory cgroup kills the job, never the server
+        finally:
+            os.close(fd)
     except OSError:
         pass
-    with open("/proc/self/statm") as f:
-        vsz = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    fd = os.open("/proc/self/statm", os.O_RDONLY)
+    try:
+        vsz = int(os.read(fd, 256).split()[0]) * _Pre.page
+    finally:
+        os.close(fd)
     timeout = float(job["timeout_s"])
     limits = [
-        (resource.RLIMIT_AS, vsz + int(job["memory_mb"]) * (1 << 20)),
-        (resource.RLIMIT_CPU, int(timeout) + 1),
-        (resource.RLIMIT_NPROC, cfg["max_procs"] + 4),  # + server, C1, C2 and slack
-        (resource.RLIMIT_FSIZE, cfg["work_bytes"]),
-        (resource.RLIMIT_NOFILE, cfg["max_files"]),
-        (resource.RLIMIT_CORE, 0),
+        (resource.RLIMIT_AS, *_clamped(resource.RLIMIT_AS,
+                                       vsz + int(job["memory_mb"]) * (1 << 20),
+                                       _Pre.hard[resource.RLIMIT_AS])),
+        (resource.RLIMIT_CPU, *_clamped(resource.RLIMIT_CPU, int(timeout) + 1,
+                                        _Pre.hard[resource.RLIMIT_CPU])),
+        *_Pre.static_limits,
     ]
-    for which, value in limits:
-        _soft, hard = resource.getrlimit(which)
-        if hard != resource.RLIM_INFINITY:
-            value = min(value, hard)  # raising above the hard limit would fail
-        resource.setrlimit(which, (value, value if which != resource.RLIMIT_CPU else value + 1))
-    check(libc.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
-    if cfg["seccomp_hex"]:
-        bpf = binascii.unhexlify(cfg["seccomp_hex"])
-        filt = ctypes.create_string_buffer(bpf, len(bpf))
-        prog = struct.pack("HxxxxxxQ", len(bpf) // 8, ctypes.addressof(filt))
-        check(libc.prctl(_PR_SET_SECCOMP, 2, ctypes.c_char_p(prog), 0, 0), "seccomp")
-    for stream in (sys.stdout, sys.stderr):
-        stream.reconfigure(line_buffering=True)
+    for which, soft, hard in limits:
+        resource.setrlimit(which, (soft, hard))
+    check(_Pre.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
+    if _Pre.seccomp_prog is not None:
+        check(_Pre.prctl(_PR_SET_SECCOMP, 2, _Pre.seccomp_prog, 0, 0), "seccomp")
 
 
 def _start_c1(job, cfg, fds):
     """In C1: new namespaces and private tmpfs, then fork C2 and mirror its exit status."""
-    uid, gid = os.getuid(), os.getgid()
-    check(libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # needed to write uid_map
-    check(libc.unshare(_CLONE_FLAGS), "unshare")
-    for name, text in (("setgroups", "deny"), ("uid_map", f"{uid} {uid} 1"),
-                       ("gid_map", f"{gid} {gid} 1")):
-        with open("/proc/self/" + name, "w") as f:
-            f.write(text)
-    check(libc.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
-    opts = f"size={cfg['work_bytes']},mode=1777".encode()
-    for path in (b"/tmp", cfg["work_dir"].encode()):
-        check(libc.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC, opts),
-               "mount tmpfs")
+    check(_Pre.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # needed to write uid_map
+    check(_Pre.unshare(_CLONE_FLAGS), "unshare")
+    for path, text in _Pre.id_maps:
+        fd = os.open(path, os.O_WRONLY)
+        try:
+            os.write(fd, text)
+        finally:
+            os.close(fd)
+    check(_Pre.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
+    for path in _Pre.tmpfs:
+        check(_Pre.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
+                         _Pre.tmpfs_opts), "mount tmpfs")
     pid = os.fork()
     if pid == 0:
         _prepare_c2(job, cfg, fds)
