@@ -169,19 +169,26 @@ def eval_(model: str,
 
 
 @app.command()
-def ablate(run_dir: Path, set_: SetOpt = None) -> None:
+def ablate(run_dir: Path, set_: SetOpt = None,
+           config: Annotated[Path | None, typer.Option(
+               help="Ablation config YAML (default: configs/ablate-tiny.yaml).")] = None) -> None:
     """Emit, train and evaluate one dataset per selection rule from a run's battles."""
     from pipeline.ablate import ablate_main
 
-    table = ablate_main(run_dir, list(set_ or []))
+    table = ablate_main(run_dir, list(set_ or []), config)
     console.print(table)
 
 
 def main() -> None:
+    from pipeline.config import ConfigError
+
     try:
         app()
     except KeyboardInterrupt:
         sys.exit(130)
+    except ConfigError as exc:  # train / eval / ablate configs: same contract as `run`
+        console.print(f"[red]error:[/red] {exc}", markup=True, highlight=False)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

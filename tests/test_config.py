@@ -81,6 +81,22 @@ def test_cli_exits_2_and_leaves_no_run_dir(tmp_path, args):
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.parametrize("args,named", [
+    (["ablate", "{tmp}", "--config", "{bad}"], "rules.0"),
+    (["ablate", "{tmp}", "--config", "{missing}"], "missing.yaml"),
+    (["train", "{missing}"], "missing.yaml"),
+])
+def test_train_and_ablate_configs_fail_like_run_configs(tmp_path, args, named):
+    bad = tmp_path / "ablate.yaml"
+    bad.write_text("train_recipe: sft-tiny.yaml\nrules: [bogus]\n")
+    argv = [a.format(tmp=tmp_path, bad=bad, missing=tmp_path / "missing.yaml") for a in args]
+    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *argv], capture_output=True,
+                          text=True, cwd=ROOT)
+    assert proc.returncode == 2, proc.stderr
+    assert "error:" in proc.stderr and named in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "ablation").exists()
+
+
 def test_cli_config_show_prints_resolved_defaults(tmp_path):
     cfg = _write(tmp_path, "experts: [smollm2-135m]\n")
     proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "config", "show", str(cfg)],
