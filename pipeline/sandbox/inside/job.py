@@ -1,8 +1,8 @@
 """The job side of the harness: C1 (namespaces) and C2 (limits, then the untrusted code).
 
 Per job (isolated mode) the server forks C1, which unshares a fresh user, pid, mount, ipc and uts
-namespace, mounts size-limited tmpfs on /work and /tmp, and forks C2 = pid 1 of the new pid
-namespace. C2 drops every capability (it keeps the sandbox's /proc: bubblewrap's read-only
+namespace, mounts size-limited tmpfs on /work and /tmp, forks C2 = pid 1 of the new pid
+namespace, hands C2's pid to the server and exits (C2 is re-parented to the server). C2 drops every capability (it keeps the sandbox's /proc: bubblewrap's read-only
 sub-mounts make a fresh proc mount impossible, and the server is non-dumpable), sets rlimits,
 ``no_new_privs`` and the seccomp filter, then runs the solution and the tests. When C2 ends the
 kernel kills everything in its namespace (setsid daemons included) and its files vanish with its
@@ -24,7 +24,7 @@ from wire import field
 
 libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000  # NS UTS IPC USER PID
-PR_SET_PDEATHSIG, PR_SET_DUMPABLE, _PR_SET_SECCOMP = 1, 4, 22
+PR_SET_DUMPABLE, _PR_SET_SECCOMP = 4, 22
 PR_SET_CHILD_SUBREAPER, PR_SET_NO_NEW_PRIVS = 36, 38
 _MS_NOSUID, _MS_NODEV, _MS_NOEXEC, _MS_REC, _MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
 _PLAIN_SCALARS = frozenset([bool, int, float, complex, str, bytes, type(None)])
@@ -300,7 +300,8 @@ def _prepare_c2(job, cfg, fds):
     # setsid would also create a scheduler autogroup per job.
     os.setpgid(0, 0)
     if cfg["isolated"]:
-        check(_Pre.prctl(PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0), "pdeathsig")
+        # No PR_SET_PDEATHSIG: C1 exits right after forking C2 (see _start_c1). C2 dies with the
+        # server all the same: the server's exit ends bubblewrap's sandbox, pid namespace and all.
         check(_Pre.capset(_Pre.cap_header, _Pre.cap_data), "capset")
     null = os.open("/dev/null", os.O_RDONLY)
     os.dup2(null, 0)
@@ -340,8 +341,13 @@ def _prepare_c2(job, cfg, fds):
         check(_Pre.prctl(_PR_SET_SECCOMP, 2, _Pre.seccomp_prog, 0, 0), "seccomp")
 
 
-def _start_c1(job, cfg, fds):
-    """In C1: new namespaces and private tmpfs, then fork C2 and mirror its exit status."""
+def _start_c1(job, cfg, fds, pid_w):
+    """In C1: new namespaces and private tmpfs, then fork C2, hand its pid to the server, exit.
+
+    C2 is re-parented to the server (a child subreaper), which waits for it directly: C1 does
+    not stay to wait and mirror C2's exit status, so neither C1's wake-up nor its exit lies
+    between the end of the job and its verdict.
+    """
     check(_Pre.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # needed to write uid_map
     check(_Pre.unshare(_CLONE_FLAGS), "unshare")
     for path, text in _Pre.id_maps:
@@ -356,19 +362,17 @@ def _start_c1(job, cfg, fds):
                          _Pre.tmpfs_opts), "mount tmpfs")
     pid = os.fork()
     if pid == 0:
+        os.close(pid_w)
         _prepare_c2(job, cfg, fds)
         run_job(job, cfg)
-    for fd in fds:
-        os.close(fd)
-    _, status = os.waitpid(pid, 0)
-    code = os.waitstatus_to_exitcode(status)
-    _exit(code if code >= 0 else 128 - code)
+    os.write(pid_w, b"%d" % pid)
+    _exit(0)
 
 
-def child(job, cfg, fds):
+def child(job, cfg, fds, pid_w):
     try:
         if cfg["isolated"]:
-            _start_c1(job, cfg, fds)
+            _start_c1(job, cfg, fds, pid_w)
         else:
             _prepare_c2(job, cfg, fds)
             run_job(job, cfg)

@@ -65,10 +65,21 @@ def _kill_all(cfg, pid):
                 pass
 
 
-def _reap(cfg, pid, status):
-    """Reap C1 and every orphan re-parented here; True when the sandbox is clean again."""
+def _handed_over(pid_r):
+    """C2's pid, written by C1 before it exited; None when C1 failed before forking it."""
+    if not select.select([pid_r], [], [], 0)[0]:
+        return None
+    data = os.read(pid_r, 32)
+    return int(data) if data.isdigit() else None
+
+
+def _reap(cfg, pid, job_pid, status):
+    """Reap the job, C1 and every orphan re-parented here; True when the sandbox is clean again.
+
+    ``job_pid`` is C2 once C1 handed it over (C1 is reaped then), else C1.
+    """
     if status is None:
-        status = os.waitpid(pid, 0)[1]
+        status = os.waitpid(job_pid, 0)[1]
     while True:
         try:
             if os.waitpid(-1, os.WNOHANG)[0] == 0:
@@ -108,13 +119,18 @@ def serve_job(job, cfg):
     ev_r, ev_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
+    # C1 hands C2's pid over on its own pipe and exits; C2 is re-parented here (subreaper).
+    pid_r, pid_w = os.pipe() if cfg["isolated"] else (-1, -1)
     pid = os.fork()
     if pid == 0:
-        for fd in (ev_r, out_r, err_r, 0, cfg["verdict_fd"]):
+        for fd in (ev_r, out_r, err_r, pid_r, 0, cfg["verdict_fd"]):
+            if fd >= 0:
+                os.close(fd)
+        child(job, cfg, (ev_w, out_w, err_w), pid_w)
+    for fd in (ev_w, out_w, err_w, pid_w):
+        if fd >= 0:
             os.close(fd)
-        child(job, cfg, (ev_w, out_w, err_w))
-    for fd in (ev_w, out_w, err_w):
-        os.close(fd)
+    job_pid = pid  # whose exit status is the job's: C1, then C2 once C1 has handed it over
     pidfd = os.pidfd_open(pid)
     tails = {out_r: _Tail(cfg["tail_bytes"]), err_r: _Tail(cfg["tail_bytes"])}
     events, ev_buf = [], bytearray()
@@ -137,8 +153,16 @@ def serve_job(job, cfg):
         until = deadline if ev_resume is None else min(deadline, ev_resume)
         for fd, _ in poller.poll(max(0.0, until - now) * 1000):
             if fd == pidfd:
-                status = os.waitpid(pid, 0)[1]
+                exited = os.waitpid(job_pid, 0)[1]
                 poller.unregister(pidfd)
+                os.close(pidfd)
+                pidfd = -1
+                c2 = _handed_over(pid_r) if job_pid == pid and pid_r >= 0 else None
+                if c2 is None:
+                    status = exited
+                else:  # C1 is done; now C2, the job, is our child
+                    job_pid, pidfd = c2, os.pidfd_open(c2)
+                    poller.register(pidfd, select.POLLIN)
                 continue
             chunk = os.read(fd, 65536)
             if not chunk:
@@ -157,7 +181,7 @@ def serve_job(job, cfg):
             break
     if reason or open_fds or status is None:
         _kill_all(cfg, pid)
-    status, clean = _reap(cfg, pid, status)
+    status, clean = _reap(cfg, pid, job_pid, status)
     # Events written before the end but not read yet (the pipe was left to fill, or a limit cut
     # the loop short). Every writer is dead by now; the bound (a pipe holds at most 1 MiB) is for
     # a sandbox that could not be cleaned.
@@ -171,8 +195,9 @@ def serve_job(job, cfg):
         reason = reason or flood
         if flood:
             break
-    for fd in (ev_r, out_r, err_r, pidfd):
-        os.close(fd)
+    for fd in (ev_r, out_r, err_r, pidfd, pid_r):
+        if fd >= 0:
+            os.close(fd)
     summary = {"ok": 0, "failed": 0, "first_failure": None, "first_error": None, "done": False,
                "started": False, "setup": None}
     for line in events:
