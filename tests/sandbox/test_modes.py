@@ -120,6 +120,26 @@ def test_assert_list_counts_every_assertion(any_pool):
     assert "assert f(3) == 3" in r.error_message
 
 
+def test_every_job_gets_a_fresh_random_seed(any_pool):
+    """A forked job must not replay the fork server's random state (the server defers the
+    preloaded modules' at-fork hooks to the job process)."""
+    results = any_pool.run_many([Job("import random\nx = random.random()\nprint(repr(x))",
+                                     "assert 0 <= x < 1")] * 6)
+    assert [r.status for r in results] == [PASSED] * 6
+    assert len({r.stdout_tail for r in results}) == 6
+
+
+def test_every_assertion_that_ran_is_counted_also_at_a_timeout(any_pool):
+    tests = "for i in range(300):\n    assert i >= 0\nimport time\ntime.sleep(30)\n"
+    r = any_pool.run(Job("x = 1", tests, timeout_s=1.0))
+    assert (r.status, r.assertions_passed, r.assertions_failed) == (TIMEOUT, 300, 0), r
+
+
+def test_flooding_the_verdict_channel_is_an_error(any_pool):
+    r = any_pool.run(Job("import os\nos.write(3, b'x' * (3 << 20))", "assert True"))
+    assert (r.status, r.error_name) == (ERROR, "VerdictFlood"), r
+
+
 def test_results_store_in_parquet_rows(any_pool):
     results = any_pool.run_many([Job(s, t) for s, t, _ in CASES])
     table = pa.Table.from_pylist([r.to_dict() for r in results])

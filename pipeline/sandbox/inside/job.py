@@ -242,6 +242,7 @@ class _Pre:
     tmpfs_opts = b""
     static_limits = ()  # (resource, soft, hard) that no job changes
     snapshots = ()  # (builtins and unittest.TestCase, their dict before any solution ran)
+    child_hooks = ()  # at-fork child hooks of the preloaded modules (see server._preload)
     hard = None  # {resource: hard limit} of the job-dependent resources
     page = 4096
 
@@ -299,6 +300,11 @@ def _prepare_c2(job, cfg, fds):
     # kill(0, ...) by the job must not reach the server's process group. A group, not a session:
     # setsid would also create a scheduler autogroup per job.
     os.setpgid(0, 0)
+    for hook in _Pre.child_hooks:  # what os.fork would have run (random reseeds itself)
+        try:
+            hook()
+        except _BaseException:  # os.fork ignores a failing hook too
+            pass
     if cfg["isolated"]:
         # No PR_SET_PDEATHSIG: C1 exits right after forking C2 (see _start_c1). C2 dies with the
         # server all the same: the server's exit ends bubblewrap's sandbox, pid namespace and all.
