@@ -140,6 +140,16 @@ def test_flooding_the_verdict_channel_is_an_error(any_pool):
     assert (r.status, r.error_name) == (ERROR, "VerdictFlood"), r
 
 
+def test_builtins_a_solution_adds_or_rebinds_are_undone_before_the_tests(any_pool):
+    solution = "import builtins\nbuiltins.sneaky = 1\nbuiltins.len = lambda x: 3\n"
+    tests = ("import builtins\nassert not hasattr(builtins, 'sneaky')\n"
+             "assert len([1]) == 1\n")
+    r = any_pool.run(Job(solution, tests))
+    assert (r.status, r.assertions_passed) == (PASSED, 2), r
+    # and the next job of the same server starts from clean builtins
+    assert any_pool.run(Job("x = 1", tests)).status == PASSED
+
+
 def test_results_store_in_parquet_rows(any_pool):
     results = any_pool.run_many([Job(s, t) for s, t, _ in CASES])
     table = pa.Table.from_pylist([r.to_dict() for r in results])

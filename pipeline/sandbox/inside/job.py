@@ -12,6 +12,7 @@ mount namespace; the job cannot see or signal the fork server.
 import binascii
 import builtins
 import ctypes
+import gc
 import marshal
 import operator
 import os
@@ -172,21 +173,22 @@ def run_job(job, cfg):
     if "unittest" not in sys.modules and any("unittest" in line for line in job["lines"]):
         import unittest  # noqa: F401 - imported before the solution so its TestCase is restorable
     if "unittest" in sys.modules and len(snapshots) == 1:
-        case = sys.modules["unittest"].TestCase
-        snapshots = [*snapshots, (case, dict(vars(case)))]
+        snapshots = [*snapshots, _snapshot(sys.modules["unittest"].TestCase)]
     # The solution runs as the real __main__ (pickling its classes works) and does not find
     # this harness in sys.modules.
     main_module = types.ModuleType("__main__")
     sys.modules["__main__"] = main_module
     namespace = main_module.__dict__
     namespace["__builtins__"] = builtins
+    versions = _versions(snapshots)
     _emit(b"start")
     try:
         exec(solution, namespace)  # noqa: S102 - running untrusted code is the point
     except _BaseException as exc:
         _report(exc, "solution", sources)
         _flush_and_exit()
-    _restore_builtins(snapshots)
+    if versions is None or _versions(snapshots) != versions:
+        _restore_builtins(snapshots)
     namespace.update(__af_cmp=_af_cmp, __af_plain=_af_plain, __af_assert=_af_assert)
     for kind, code in chunks:
         try:
@@ -207,7 +209,7 @@ def run_job(job, cfg):
 def _restore_builtins(snapshots):
     # A solution that rebinds builtins (AssertionError, isinstance...) or patches
     # unittest.TestCase must not change how the tests behave.
-    for target, saved in snapshots:
+    for target, saved, _live in snapshots:
         current = vars(target)
         if target is builtins:
             for key in [k for k in current if k not in saved]:
@@ -243,6 +245,7 @@ class _Pre:
     static_limits = ()  # (resource, soft, hard) that no job changes
     snapshots = ()  # (builtins and unittest.TestCase, their dict before any solution ran)
     child_hooks = ()  # at-fork child hooks of the preloaded modules (see server._preload)
+    dict_version = None  # see _dict_version_reader
     hard = None  # {resource: hard limit} of the job-dependent resources
     page = 4096
 
@@ -279,11 +282,58 @@ def setup(cfg):
 
 def take_snapshots():
     """In the server, after its preloads: what ``run_job`` restores once the solution ran."""
-    snapshots = [(builtins, dict(vars(builtins)))]
+    snapshots = [_snapshot(builtins)]
     if "unittest" in sys.modules:
-        case = sys.modules["unittest"].TestCase
-        snapshots.append((case, dict(vars(case))))
+        snapshots.append(_snapshot(sys.modules["unittest"].TestCase))
     _Pre.snapshots = tuple(snapshots)
+    _Pre.dict_version = _dict_version_reader()
+
+
+def _snapshot(target):
+    """(target, copy of its attributes, the live dict behind ``vars(target)``)."""
+    live = vars(target)
+    if not isinstance(live, dict):  # a class: vars() is a read-only proxy of its dict
+        live = gc.get_referents(live)[0]
+    return target, dict(live), live
+
+
+def _dict_version_reader():
+    """``read(d)``: the version tag CPython 3.11 keeps in every dict (PEP 509; every change
+    bumps it), read from the dict's header without touching its keys or values. None where the
+    layout is not the one checked here; then the snapshots are always restored.
+
+    Why: restoring walks ~250 builtins and TestCase attributes, and the reference counting of
+    that walk writes to ~100 copy-on-write pages (~0.25 ms per job), although a solution seldom
+    changes either; the tags tell whether it did.
+    """
+    if ((sys.implementation.name, sys.version_info[:2]) != ("cpython", (3, 11))
+            or ctypes.sizeof(ctypes.c_void_p) != 8):
+        return None
+
+    def read(d):
+        return ctypes.c_uint64.from_address(id(d) + 24).value  # after refcnt, type, ma_used
+
+    def used(d):
+        return ctypes.c_ssize_t.from_address(id(d) + 16).value
+
+    probe = {"a": 1}
+    v0 = read(probe)
+    if used(probe) != 1 or read(probe) != v0:
+        return None
+    probe["a"] = 2
+    v1 = read(probe)
+    probe["b"] = 3
+    v2 = read(probe)
+    del probe["b"]
+    v3 = read(probe)
+    if not (0 < v0 < v1 < v2 < v3) or used(probe) != 1:
+        return None
+    return read
+
+
+def _versions(snapshots):
+    read = _Pre.dict_version
+    return None if read is None else tuple(read(live) for _, _, live in snapshots)
 
 
 def _clamped(which, value, hard=None):
