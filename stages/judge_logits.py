@@ -16,7 +16,8 @@ __all__ = ["LogprobUnsupportedError", "next_token_logprobs"]
 
 
 def next_token_logprobs(backend: Any, conversations: Sequence[list[dict[str, str]]],
-                        spellings: Mapping[str, Sequence[str]]) -> list[LogprobReading]:
+                        spellings: Mapping[str, Sequence[str]],
+                        prefill: str = "") -> list[LogprobReading]:
     """Log probabilities of chosen tokens as the assistant's first token, per conversation.
 
     Args:
@@ -25,6 +26,7 @@ def next_token_logprobs(backend: Any, conversations: Sequence[list[dict[str, str
             generation prompt.
         spellings: choice -> token texts whose probabilities are read; each choice needs at
             least one spelling that is a single token of this model.
+        prefill: text the reply is made to start with (the reading is of the token after it).
 
     Returns:
         Per conversation ``(logprobs, None)`` keyed by token text (only single-token spellings
@@ -41,7 +43,7 @@ def next_token_logprobs(backend: Any, conversations: Sequence[list[dict[str, str
             "protocols read next-token probabilities from an embedded llama.cpp model, and this "
             "backend is not one; use a generative protocol with it")
     candidates = sorted({t for texts in spellings.values() for t in texts})
-    readings = read(list(conversations), candidates) if conversations else []
+    readings = read(list(conversations), candidates, prefill) if conversations else []
     for logprobs, _ in readings:
         if logprobs is not None:
             for choice, texts in spellings.items():

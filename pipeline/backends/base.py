@@ -132,12 +132,13 @@ class Backend(Protocol):
 class LogprobBackend(Backend, Protocol):
     """A backend that also reads next-token probabilities (the logprob judge protocols)."""
 
-    def next_token_logprobs(self, conversations: list[Conversation],
-                            candidates: Sequence[str]) -> list[LogprobReading]:
-        """Log probabilities of ``candidates`` as the assistant's first token, per conversation.
+    def next_token_logprobs(self, conversations: list[Conversation], candidates: Sequence[str],
+                            prefill: str = "") -> list[LogprobReading]:
+        """Log probabilities of ``candidates`` as the next token of the assistant's reply.
 
-        Each conversation is rendered with the generation prompt; only candidates that are a
-        single token of this model appear in a reading.
+        Each conversation is rendered with the generation prompt, followed by ``prefill`` (the
+        start of the reply, e.g. ``"Score: "``); only candidates that are a single token of
+        this model appear in a reading.
         """
 
 

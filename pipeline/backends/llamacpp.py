@@ -189,11 +189,12 @@ class LlamaCppBackend(RenderedChat):
         return parse_llama_output(output)
 
     def next_token_logprobs(self, conversations: list[list[dict[str, str]]],
-                            candidates: list[str]) -> list[LogprobReading]:
+                            candidates: list[str], prefill: str = "") -> list[LogprobReading]:
         """See :class:`pipeline.backends.base.LogprobBackend`."""
         from pipeline.backends.llamacpp_logprobs import next_token_logprobs
 
-        prompts = [self.apply_chat_template(c, add_generation_prompt=True) for c in conversations]
+        prompts = [self.apply_chat_template(c, add_generation_prompt=True) + prefill
+                   for c in conversations]
         return next_token_logprobs(self, prompts, candidates)
 
     def close(self) -> None:

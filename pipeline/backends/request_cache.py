@@ -96,14 +96,15 @@ class CachedBackend:
                     self._cache.set(keys[i], [c.to_dict() for c in completions])
         return results  # type: ignore[return-value]
 
-    def next_token_logprobs(self, conversations: list[Conversation],
-                            candidates: list[str]) -> list[LogprobReading]:
+    def next_token_logprobs(self, conversations: list[Conversation], candidates: list[str],
+                            prefill: str = "") -> list[LogprobReading]:
         """Cached :meth:`LogprobBackend.next_token_logprobs`; failed readings are not stored."""
         read = getattr(self.inner, "next_token_logprobs", None)
         if read is None:
             raise LogprobUnsupportedError(f"model {self.model_id!r}: this backend gives no "
                                           "next-token probabilities")
-        method = "next_token_logprobs:" + json.dumps(sorted(candidates), ensure_ascii=False)
+        method = "next_token_logprobs:" + json.dumps([sorted(candidates), prefill],
+                                                      ensure_ascii=False)
         keys = [request_key(self.model_id, self.weights_id, method, c, SamplingParams())
                 for c in conversations]
         results: list[LogprobReading | None] = [
@@ -113,7 +114,7 @@ class CachedBackend:
             self._stats.hits += len(keys) - len(missing)
             self._stats.misses += len(missing)
         if missing:
-            fresh = read([conversations[i] for i in missing], candidates)
+            fresh = read([conversations[i] for i in missing], candidates, prefill)
             for i, reading in zip(missing, fresh, strict=True):
                 results[i] = reading
                 if reading[1] is None:

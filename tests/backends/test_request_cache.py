@@ -120,7 +120,7 @@ def test_processes_share_one_cache_directory(tmp_path):
 class LogprobBackend(CountingBackend):
     """Adds next-token readings: log P(candidate) = -len(candidate); 'FAIL' requests fail."""
 
-    def next_token_logprobs(self, conversations, candidates):
+    def next_token_logprobs(self, conversations, candidates, prefill=""):
         out = []
         for conv in conversations:
             self.calls.append(conv[-1]["content"])

@@ -185,7 +185,7 @@ def test_pointwise_parse_error_names_the_model():
 ])
 def test_pairwise_logprob_averages_orders(monkeypatch, p_first_by_model, verdict):
     """P(A) depends on which model is shown first; the combined verdict cancels position."""
-    def fake_logprobs(backend, convs, spellings):
+    def fake_logprobs(backend, convs, spellings, prefill=""):
         out = []
         for conv in convs:
             p = p_first_by_model[shown_models(conv)[0]]
@@ -204,8 +204,9 @@ def test_pairwise_logprob_averages_orders(monkeypatch, p_first_by_model, verdict
 
 
 def test_logprob_low_mass_and_errors_are_parse_errors(monkeypatch):
-    def fake_logprobs(backend, convs, spellings):
-        return [({"A": math.log(0.001), "B": math.log(0.001)}, None), (None, "ValueError: long")]
+    def fake_logprobs(backend, convs, spellings, prefill=""):
+        low = ({"A": math.log(0.001), "B": math.log(0.001)}, None)
+        return [low] if prefill else [low, (None, "ValueError: long")]  # errors: no retry
 
     monkeypatch.setattr("stages.judge_logits.next_token_logprobs", fake_logprobs)
     rows = run(answers({"i1": ["m1", "m2"]}),
@@ -213,13 +214,42 @@ def test_logprob_low_mass_and_errors_are_parse_errors(monkeypatch):
                Ctx({"j": object()}, [])).table.to_pylist()
     assert all(r["verdict"] is None for r in rows)
     assert "order ab: choice tokens hold 0.0020" in rows[0]["parse_error"]
+    assert "with prefill 'Answer: ': choice tokens hold 0.0020" in rows[0]["parse_error"]
     assert "order ba: backend error: ValueError: long" in rows[0]["parse_error"]
+
+
+def test_low_mass_readings_are_retried_with_the_reply_started(monkeypatch):
+    calls = []
+
+    def fake_logprobs(backend, convs, spellings, prefill=""):
+        calls.append((len(convs), prefill))
+        mass = {"": 0.05, "Score: ": 0.6}[prefill]
+        out = []
+        for conv in convs:
+            if shown_models(conv)[0] == "m1":  # m1's reading has its mass on the digits at once
+                out.append(({"3": math.log(0.9), "0": math.log(0.05)}, None))
+            else:
+                out.append(({"1": math.log(mass)}, None))
+        return out
+
+    monkeypatch.setattr("stages.judge_logits.next_token_logprobs", fake_logprobs)
+    rows = run(answers({"i1": ["m1", "m2"]}),
+               JudgeConfig(protocol="pointwise_logprob", judges=["j"]),
+               Ctx({"j": object()}, [])).table.to_pylist()
+    assert calls == [(2, ""), (1, "Score: ")]  # only the failed reading is read again
+    assert rows[0]["parse_error"] is None and rows[0]["verdict"] == "a"
+    assert "with prefill 'Score: ': P(0)=0.0000 P(1)=1.0000" in rows[0]["raw"]
+    calls.clear()
+    off = run(answers({"i1": ["m1", "m2"]}),
+              JudgeConfig(protocol="pointwise_logprob", judges=["j"], retry_prefill=False),
+              Ctx({"j": object()}, [])).table.to_pylist()
+    assert calls == [(2, "")] and off[0]["verdict"] is None
 
 
 def test_pointwise_logprob_expected_scores(monkeypatch):
     dist = {"m1": [0.1, 0.1, 0.4, 0.4], "m2": [0.7, 0.1, 0.1, 0.1]}
 
-    def fake_logprobs(backend, convs, spellings):
+    def fake_logprobs(backend, convs, spellings, prefill=""):
         return [({str(k): math.log(p) for k, p in enumerate(dist[shown_models(c)[0]])}, None)
                 for c in convs]
 
