@@ -47,7 +47,7 @@ def test_killing_the_supervisor_leaves_no_sandbox_process(tmp_path):
     try:
         deadline = time.monotonic() + 60
         while time.monotonic() < deadline and len(processes_of_uids(uids)) < 6:
-            time.sleep(0.1)  # 2 servers + 2 x (C2 = the job, its daemon); C1 exits once C2 runs
+            time.sleep(0.1)  # 2 servers + 2 x (the job, its daemon)
         assert started.exists()
         assert len(processes_of_uids(uids)) >= 6
     finally:  # also when an assertion above failed: a live supervisor would spoil later runs
@@ -116,9 +116,10 @@ def test_a_thousand_jobs_leave_no_zombies_and_no_leaked_descriptors():
         fds_before = _fds()
         results = pool.run_many([Job(f"x = {i}", f"assert x == {i}") for i in range(1000)])
         assert [r.status for r in results] == [PASSED] * 1000
-        # Inside the sandbox: only bwrap's init, the server (pid 2), this job and perhaps C1, which
-        # exits once it forked the job: a zombie until the server, its parent, next runs. Any
-        # zombie left by an earlier job would be a second one.
+        # Inside the sandbox: only bwrap's init, the server (pid 2), this job and, where the job
+        # is forked by a helper (C1, see inside/spawn.py), perhaps C1, which exits once it forked
+        # the job: a zombie until the server next runs. A zombie left by an earlier job would be
+        # a second one.
         probe = pool.run_many([Job(inside, "assert zombies in ([], ['2']) and len(procs) <= 4")] * 2)
         assert [r.status for r in probe] == [PASSED, PASSED], probe
         assert len(_fds()) == len(fds_before)  # servers were recycled: same count, new numbers

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import marshal
+
 import pyarrow as pa
 import pytest
 from sandbox_support import UID_BASE, requires_isolation
@@ -199,3 +201,40 @@ def test_a_sandbox_that_cannot_start_fails_the_pool_with_its_stderr(monkeypatch,
                         lambda *a, **k: ["/bin/sh", "-c", "echo bwrap: no permission >&2; exit 3"])
     with pytest.raises(SandboxStartError, match="bwrap: no permission"):
         SandboxPool(SandboxConfig(mode=mode, workers=1, uid_base=UID_BASE + 90), mode)
+
+
+@requires_isolation
+def test_where_clone_cannot_be_used_a_helper_process_forks_the_job_alike(monkeypatch):
+    """The fallback of ``inside/spawn.py`` (C1 unshares, forks the job and exits) gives the same
+    verdicts and the same clean slate between jobs."""
+    from pipeline.sandbox import launcher
+
+    real = launcher.harness_config
+
+    def without_clone(**kwargs):
+        cfg = marshal.loads(bytes.fromhex(real(**kwargs)))
+        cfg["clone"] = False
+        return marshal.dumps(cfg).hex()
+
+    monkeypatch.setattr(launcher, "harness_config", without_clone)
+    daemon = ("import os, signal, time\nopen('/tmp/left', 'w').write('x')\n"
+              "open('left', 'w').write('x')\nif os.fork() == 0:\n    os.setsid()\n"
+              "    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n    time.sleep(60)\n")
+    cfg = SandboxConfig(mode="forkserver", workers=1, uid_base=UID_BASE + 120)
+    with SandboxPool(cfg, "forkserver") as p:
+        results = p.run_many([Job(s, t) for s, t, _ in CASES])
+        assert [r.status for r in results] == [PASSED] * len(CASES), results
+        seeds = p.run_many([Job("import os, random\nx = random.random()\nprint(repr(x))",
+                                "assert os.getpid() == 1")] * 3)
+        assert [r.status for r in seeds] == [PASSED] * 3 and len({r.stdout_tail for r in seeds}) == 3
+        assert p.run(Job(daemon, "assert True")).status == PASSED
+        # the next job: no file and no process left (alive: bwrap's init, the server, itself)
+        alone = ("import os\nassert os.listdir('/tmp') == [] and os.listdir('.') == []\n"
+                 "states = [open(f'/proc/{q}/stat').read().rsplit(')', 1)[1].split()[0]\n"
+                 "          for q in os.listdir('/proc') if q.isdigit()]\n"
+                 "assert len([x for x in states if x != 'Z']) == 3, states\n")
+        clean = p.run(Job("x = 1", alone))
+        assert clean.status == PASSED, clean
+        slow = p.run(Job("import time\ntime.sleep(30)", "assert True", timeout_s=0.5))
+        assert (slow.status, slow.error_type) == (TIMEOUT, "timeout")
+

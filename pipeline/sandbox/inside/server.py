@@ -17,17 +17,17 @@ import select
 import sys
 import time
 
-from job import (
+from job import take_snapshots
+from spawn import (
     PR_SET_CHILD_SUBREAPER,
     PR_SET_DUMPABLE,
     PR_SET_NO_NEW_PRIVS,
     SIGKILL,
-    _Pre,
     check,
-    child,
     libc,
+    set_child_hooks,
     setup,
-    take_snapshots,
+    start_child,
 )
 from wire import read_frame, write_frame
 
@@ -120,18 +120,13 @@ def serve_job(job, cfg):
     ev_r, ev_w = os.pipe()
     out_r, out_w = os.pipe()
     err_r, err_w = os.pipe()
-    # C1 hands C2's pid over on its own pipe and exits; C2 is re-parented here (subreaper).
-    pid_r, pid_w = os.pipe() if cfg["isolated"] else (-1, -1)
-    pid = os.fork()
-    if pid == 0:
-        for fd in (ev_r, out_r, err_r, pid_r, 0, cfg["verdict_fd"]):
-            if fd >= 0:
-                os.close(fd)
-        child(job, cfg, (ev_w, out_w, err_w), pid_w)
-    for fd in (ev_w, out_w, err_w, pid_w):
-        if fd >= 0:
-            os.close(fd)
-    job_pid = pid  # whose exit status is the job's: C1, then C2 once C1 has handed it over
+    pid, pid_r = start_child(job, cfg, (ev_w, out_w, err_w),
+                             (ev_r, out_r, err_r, 0, cfg["verdict_fd"]))
+    for fd in (ev_w, out_w, err_w):
+        os.close(fd)
+    # Whose exit status is the job's: the job's process, or C1 until it hands C2 over (C2 is
+    # then re-parented here: the server is a child subreaper).
+    job_pid = pid
     pidfd = os.pidfd_open(pid)
     tails = {out_r: _Tail(cfg["tail_bytes"]), err_r: _Tail(cfg["tail_bytes"])}
     events, ev_buf = [], bytearray()
@@ -259,7 +254,7 @@ def _preload(names):
             __import__(name)
     finally:
         os.register_at_fork = register
-    _Pre.child_hooks = tuple(hooks)
+    set_child_hooks(hooks)
 
 
 def main(argv):
