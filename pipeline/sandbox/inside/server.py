@@ -86,7 +86,11 @@ def _reap(cfg, pid, job_pid, status):
             if os.waitpid(-1, os.WNOHANG)[0] == 0:
                 break
         except ChildProcessError:
-            break
+            # No child left, so no descendant either (an orphan is re-parented here before its
+            # parent can be reaped), and nothing else runs in the sandbox but bubblewrap's
+            # init: clean, without listing /proc. (The job's own pid namespace is emptied by
+            # the kernel before the job's exit is reported.)
+            return status, True
     if not cfg["isolated"]:
         return status, True
     me = os.getpid()
