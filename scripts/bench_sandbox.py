@@ -255,6 +255,7 @@ def main(argv: list[str] | None = None) -> int:
             failures += (not met) or ok != count
             print(f"{name:<10} {'sandbox ' + mode:<22} {m.columns(ref.rate)} {ok:>7} "
                   f">= {TARGETS[mode]:.0f}: {'met' if met else 'MISSED'}")
+    print(f"load1 at the end={os.getloadavg()[0]:.1f}")
     return 1 if failures else 0
 
 

@@ -113,6 +113,7 @@ def _clamped(which, value, hard=None):
 
 
 def set_child_hooks(hooks):
+    """The at-fork child hooks the server's preloads registered; the job's process runs them."""
     _Pre.child_hooks = tuple(hooks)
 
 
