@@ -226,24 +226,25 @@ def judge_pointwise(backend, judge: str, battles: list[Battle], cfg: JudgeConfig
 def _read_choices(backend, convs, spellings, min_mass, prefill=None):
     """Per conversation ``(probs, mass, raw, error)`` from next-token logprobs.
 
-    With ``prefill``, readings under ``min_mass`` are read once more with the reply started
+    With ``prefill``, a reading under ``min_mass`` is read once more with the reply started
     (``raw`` then says so): small judges often open with "The score is" rather than the digit.
-    Only the few prefill tokens are new to llama.cpp, so the retry costs almost nothing.
+    The retry follows its first reading at once, so llama.cpp still holds the whole prompt and
+    evaluates only the few prefill tokens.
     """
     from stages.judge_logits import next_token_logprobs
 
-    out = [_choice_reading(r, spellings, min_mass)
-           for r in (next_token_logprobs(backend, convs, spellings) if convs else [])]
-    retry = [i for i, (probs, _, _, error) in enumerate(out)
-             if prefill and probs is None and not error.startswith("backend error")]
-    if retry:
-        again = next_token_logprobs(backend, [convs[i] for i in retry], spellings, prefill)
-        for i, reading in zip(retry, again, strict=True):
-            probs, mass, raw, error = _choice_reading(reading, spellings, min_mass)
-            first_raw = out[i][2]
-            raw = f"{first_raw}; with prefill {prefill!r}: {raw}"
-            out[i] = (probs, mass, raw, error if error is None else f"{out[i][3]}; "
-                      f"with prefill {prefill!r}: {error}")
+    out = []
+    for conv in convs:
+        first = _choice_reading(next_token_logprobs(backend, [conv], spellings)[0], spellings,
+                                min_mass)
+        probs, _, first_raw, first_error = first
+        if not prefill or probs is not None or first_error.startswith("backend error"):
+            out.append(first)
+            continue
+        probs, mass, raw, error = _choice_reading(
+            next_token_logprobs(backend, [conv], spellings, prefill)[0], spellings, min_mass)
+        out.append((probs, mass, f"{first_raw}; with prefill {prefill!r}: {raw}",
+                    None if error is None else f"{first_error}; with prefill {prefill!r}: {error}"))
     return out
 
 

@@ -206,7 +206,8 @@ def test_pairwise_logprob_averages_orders(monkeypatch, p_first_by_model, verdict
 def test_logprob_low_mass_and_errors_are_parse_errors(monkeypatch):
     def fake_logprobs(backend, convs, spellings, prefill=""):
         low = ({"A": math.log(0.001), "B": math.log(0.001)}, None)
-        return [low] if prefill else [low, (None, "ValueError: long")]  # errors: no retry
+        # order ab (m1 shown first) reads too little mass; order ba fails (errors: no retry)
+        return [low if shown_models(c)[0] == "m1" else (None, "ValueError: long") for c in convs]
 
     monkeypatch.setattr("stages.judge_logits.next_token_logprobs", fake_logprobs)
     rows = run(answers({"i1": ["m1", "m2"]}),
@@ -236,14 +237,15 @@ def test_low_mass_readings_are_retried_with_the_reply_started(monkeypatch):
     rows = run(answers({"i1": ["m1", "m2"]}),
                JudgeConfig(protocol="pointwise_logprob", judges=["j"]),
                Ctx({"j": object()}, [])).table.to_pylist()
-    assert calls == [(2, ""), (1, "Score: ")]  # only the failed reading is read again
+    # only the failed reading is read again, right after its first reading
+    assert calls == [(1, ""), (1, ""), (1, "Score: ")]  # m1's reading, m2's, m2's retry
     assert rows[0]["parse_error"] is None and rows[0]["verdict"] == "a"
     assert "with prefill 'Score: ': P(0)=0.0000 P(1)=1.0000" in rows[0]["raw"]
     calls.clear()
     off = run(answers({"i1": ["m1", "m2"]}),
               JudgeConfig(protocol="pointwise_logprob", judges=["j"], retry_prefill=False),
               Ctx({"j": object()}, [])).table.to_pylist()
-    assert calls == [(2, "")] and off[0]["verdict"] is None
+    assert calls == [(1, ""), (1, "")] and off[0]["verdict"] is None
 
 
 def test_pointwise_logprob_expected_scores(monkeypatch):
