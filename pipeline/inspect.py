@@ -40,7 +40,7 @@ def inspect_run(run_dir: Path, stage: str | None = None, rows: int = 3) -> None:
 def _summary(store: RunStore, manifest: dict) -> None:
     console.print(f"run {store.root}  config {manifest.get('config_hash')}  "
                   f"code {manifest.get('code_version')}")
-    funnel = [{"stage": name, **info} for name, info in manifest.get("stages", {}).items()]
+    funnel = [{"stage": name, **info} for name, info in _in_pipeline_order(manifest)]
     if funnel:
         console.print(funnel_table(funnel))
     leaderboard = store.root / "rate" / "leaderboard.md"
@@ -52,6 +52,15 @@ def _summary(store: RunStore, manifest: dict) -> None:
     table = Table(title="stages")
     table.add_column("stage")
     table.add_column("status")
-    for name, info in manifest.get("stages", {}).items():
+    for name, info in _in_pipeline_order(manifest):
         table.add_row(name, info.get("status", "?"))
     console.print(table)
+
+
+def _in_pipeline_order(manifest: dict) -> list[tuple[str, dict]]:
+    """The manifest's stages in the order they run (the manifest's JSON keys are sorted)."""
+    from stages import PIPELINE
+
+    stages = manifest.get("stages", {})
+    rank = {name: i for i, name in enumerate(PIPELINE)}
+    return sorted(stages.items(), key=lambda item: (rank.get(item[0], len(rank)), item[0]))
