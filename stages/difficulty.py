@@ -34,10 +34,9 @@ from __future__ import annotations
 import re
 from functools import cache
 from pathlib import Path
-
-import pyarrow as pa
 from typing import Literal
 
+import pyarrow as pa
 from pydantic import Field
 
 from pipeline.stage import StageConfig, StageResult, StageSpec

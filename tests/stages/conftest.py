@@ -16,3 +16,4 @@ def sandbox_pool():
         pytest.skip(f"sandbox isolation unavailable here: {exc}")
     yield pool
     pool.close()
+

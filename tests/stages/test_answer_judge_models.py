@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import math
 import types
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from model_support import open_embedded_backend
 
 from stages import judge_protocols as jp
 from stages.answer import AnswerConfig
@@ -16,7 +16,6 @@ from stages.judge import OUTPUT_SCHEMA, JudgeConfig
 from stages.judge import run as judge_run
 
 pytestmark = pytest.mark.models
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "smollm2-135m"
 CANONICAL = {
     "Write a Python function `add(a, b)` that returns the sum of two numbers.":
@@ -28,14 +27,7 @@ CANONICAL = {
 
 @pytest.fixture(scope="module")
 def backend():
-    from pipeline.backends import create_backend
-    from pipeline.models import ModelNotInstalledError, load_registry
-
-    spec = load_registry(ROOT / "configs" / "models.yaml")[MODEL]
-    try:
-        b = create_backend(spec, n_threads=1)
-    except ModelNotInstalledError as exc:
-        pytest.skip(str(exc))
+    b = open_embedded_backend(MODEL)
     yield b
     b.close()
 

@@ -3,15 +3,14 @@
 from __future__ import annotations
 
 import types
-from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from model_support import open_embedded_backend
 
 from stages.difficulty import DifficultyConfig, run
 
 pytestmark = pytest.mark.models
-ROOT = Path(__file__).resolve().parents[2]
 MODEL = "qwen2.5-coder-0.5b"
 HARD = ("Write a Python function `shortest_path(graph, start, goal)` that returns the list of "
         "nodes on a shortest path in a weighted directed graph given as a dict of dicts, using "
@@ -22,14 +21,7 @@ TRIVIAL = "Write a Python function that returns 1."
 
 @pytest.fixture(scope="module")
 def backend():
-    from pipeline.backends import create_backend
-    from pipeline.models import ModelNotInstalledError, load_registry
-
-    spec = load_registry(ROOT / "configs" / "models.yaml")[MODEL]
-    try:
-        b = create_backend(spec, n_threads=1)
-    except ModelNotInstalledError as exc:
-        pytest.skip(str(exc))
+    b = open_embedded_backend(MODEL)
     yield b
     b.close()
 
