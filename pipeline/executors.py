@@ -32,6 +32,9 @@ class InlineExecutor:
     def __init__(self, cpus: int | None = None):
         self.cpus = cpus or os.cpu_count() or 1
 
+    def parallelism(self, spec: StageSpec) -> int:
+        return 1
+
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
         ctx.threads = self.cpus
@@ -80,32 +83,43 @@ class RayExecutor:
         self.model_workers = min(model_workers or self.cpus, self.cpus)
         self.threads = threads_per_worker or max(1, self.cpus // self.model_workers)
 
+    def parallelism(self, spec: StageSpec) -> int:
+        """Shards of ``spec`` that run at once (the runner plans shard counts as multiples)."""
+        return self.model_workers if spec.uses_models else self.cpus
+
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
         ray = self.ray
-        if spec.uses_models:
-            ctx.threads = self.threads
-            actor_cls = ray.remote(_ShardActor).options(
-                num_cpus=self.threads, max_restarts=self.max_retries,
-                max_task_retries=self.max_retries)
-            actors = [actor_cls.remote() for _ in range(min(self.model_workers, len(jobs)) or 1)]
-            refs = [actors[i % len(actors)].run.remote(spec, cfg, ctx, *job)
-                    for i, job in enumerate(jobs)]
-        else:
+        if not spec.uses_models:
             ctx.threads = 1
             task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries)
-            refs = [task.remote(spec, cfg, ctx, *job) for job in jobs]
-        pending = list(refs)
+            pending = [task.remote(spec, cfg, ctx, *job) for job in jobs]
+            try:
+                while pending:
+                    done, pending = ray.wait(pending, num_returns=1)
+                    yield ray.get(done[0])
+            finally:
+                for ref in pending:
+                    ray.cancel(ref, force=True)
+            return
+        from ray.util import ActorPool
+
+        ctx.threads = self.threads
+        actor_cls = ray.remote(_ShardActor).options(
+            num_cpus=self.threads, max_restarts=self.max_retries,
+            max_task_retries=self.max_retries)
+        actors = [actor_cls.remote() for _ in range(min(self.model_workers, len(jobs)) or 1)]
+        # A free actor takes the next shard (rather than dealing shards out up front), so an
+        # actor whose shards decode shorter answers is not left idle while another has a queue.
+        pool = ActorPool(actors)
+        for job in jobs:
+            pool.submit(lambda actor, job: actor.run.remote(spec, cfg, ctx, *job), job)
         try:
-            while pending:
-                done, pending = ray.wait(pending, num_returns=1)
-                yield ray.get(done[0])
+            while pool.has_next():
+                yield pool.get_next_unordered()
         finally:
-            for ref in pending:
-                ray.cancel(ref, force=True)
-            if spec.uses_models:
-                for actor in actors:
-                    ray.kill(actor)
+            for actor in actors:  # also cancels whatever they still run or queue
+                ray.kill(actor)
 
     def close(self) -> None:
         pass  # the Ray session outlives a run so that tests and notebooks can reuse it

@@ -72,7 +72,7 @@ class Progress:
 def funnel_table(funnel: list[dict[str, Any]], seconds: float | None = None) -> Table:
     table = Table(title="funnel" + (f" ({seconds:.1f} s)" if seconds is not None else ""))
     for col in ("stage", "rows in", "kept", "dropped (by reason)", "model s", "other s",
-                "cache hits"):
+                "wall s", "busy", "cache hits"):
         table.add_column(col, justify="left" if col.startswith(("stage", "dropped")) else "right",
                          overflow="fold", no_wrap=col == "stage")
     for row in funnel:
@@ -80,9 +80,13 @@ def funnel_table(funnel: list[dict[str, Any]], seconds: float | None = None) -> 
         model_s = row.get("model_seconds", 0.0)
         hits, misses = row.get("cache_hits", 0), row.get("cache_misses", 0)
         cache = f"{hits}/{hits + misses}" if hits + misses else "-"
+        # wall and busy describe this attempt only (a resumed stage reran part of its shards)
+        wall = row.get("wall_seconds_last_attempt")
+        used = row.get("utilization_last_attempt")
+        busy = f"{used:.0%} of {row.get('workers')}" if used is not None else "-"
         table.add_row(row["stage"], str(row["rows_in"]), str(row["rows_out"]), dropped,
                       f"{model_s:.1f}", f"{max(row.get('seconds', 0.0) - model_s, 0.0):.1f}",
-                      cache)
+                      f"{wall:.1f}" if wall else "-", busy, cache)
     return table
 
 

@@ -187,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
         parser.add_argument(flag, type=int, default=default)
     parser.add_argument("--judge-protocol", default="pairwise",
                         choices=("pairwise", "pairwise_logprob", "pointwise_logprob"))
-    parser.add_argument("--batch-size", type=int, default=8,
-                        help="arenaforge's batched path (LlamaCppBackend's default: 8)")
+    parser.add_argument("--batch-size", type=int, default=16,
+                        help="arenaforge's batched path (LlamaCppBackend's default: 16)")
     parser.add_argument("--prefix-reuse", action="store_true",
                         help="batched path also reuses partly shared prompt prefixes")
     parser.add_argument("--workers", type=int, default=None,

@@ -56,7 +56,9 @@ class TestGenConfig(StageConfig):
     max_tests_per_author: int = Field(8, ge=1, le=100, description="tests kept per author")
     max_tokens: int = Field(384, ge=16)
     temperature: float = Field(0.0, ge=0)
-    batch_size: int = Field(8, ge=1, description="conversations per backend call")
+    # Large by default: the llama.cpp backend refills a finished sequence's slot from the
+    # conversations of the same call, so small calls leave slots idle behind one long reply.
+    batch_size: int = Field(64, ge=1, description="conversations per backend call")
     timeout_s: float = Field(
         3.0, gt=0, description="wall-clock limit of one test run; below verify's 5 s so that a "
         "test trusted here does not time out there on a loaded machine")

@@ -35,3 +35,22 @@ def test_model_stage_actor_killed_is_restarted(tmp_path, ray_local):
     out = RunStore(tmp_path / "run").stage("square").read()
     assert sorted(out.column("square").to_pylist()) == sorted(i * i for i in range(60))
     assert isinstance(out, pa.Table)
+
+
+def test_free_model_worker_takes_the_next_shard(tmp_path, ray_local):
+    # shard 0 is slow: while one actor works on it the other should drain the rest of the queue
+    # (dealing shards out round-robin up front would leave it idle with half of them queued)
+    model_square = StageSpec(name="square", config=SquareConfig, run=square_run, source="gen",
+                             inputs=("i",), outputs=("square",), uses_models=True)
+    funnel = run_toy(tmp_path / "run", RayExecutor(model_workers=2),
+                     {"square": SquareConfig(slow_row=0, slow_s=4.0, sleep_s=0.05,
+                                             record_pid=True)},
+                     shard_size=10, specs=[GEN, model_square])
+    out = RunStore(tmp_path / "run").stage("square").read()
+    pid_of_row = dict(zip(out.column("i").to_pylist(), out.column("pid").to_pylist()))
+    slow_pid = pid_of_row[0]
+    assert [i for i, pid in pid_of_row.items() if pid == slow_pid] == list(range(10))
+    assert len(set(pid_of_row.values())) == 2
+    row = funnel[-1]
+    assert row["shards"] == 6 and row["workers"] == 2
+    assert 0 < row["utilization_last_attempt"] <= 1

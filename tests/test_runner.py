@@ -93,3 +93,22 @@ def test_plan_shards_keeps_keys_together():
     assert [s.column("instruction_id").to_pylist() for s in shards] == [
         list("aabb"), list("cdd"), list("e")]
     assert plan_shards(t, "instruction_id", 2, sharded=False)[0].num_rows == 8
+
+
+def test_plan_shards_balances_across_workers():
+    import pyarrow as pa
+
+    keys = [f"k{i:02d}" for i in range(41)]
+    t = pa.table({"instruction_id": keys})
+
+    def sizes(size, workers):
+        return [s.num_rows for s in plan_shards(t, "instruction_id", size, True, workers)]
+
+    assert sizes(24, 1) == [21, 20]  # never larger than shard_size, near-equal
+    assert sizes(24, 2) == [21, 20]
+    assert sizes(16, 2) == [11, 10, 10, 10]  # 3 shards rounded up to 4 for 2 workers
+    assert sizes(100, 3) == [14, 14, 13]  # fewer keys than shard_size: still every worker
+    assert sizes(1, 2) == [1] * 41
+    assert sizes(10, 64) == [1] * 41  # no empty shards when workers outnumber keys
+    shards = plan_shards(t, "instruction_id", 16, True, 2)
+    assert sum((s.column("instruction_id").to_pylist() for s in shards), []) == keys

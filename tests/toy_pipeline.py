@@ -30,6 +30,9 @@ class SquareConfig(StageConfig):
     sleep_s: float = 0.0
     poison: str | None = None  # an instruction text that makes the stage raise
     die_once_file: str | None = None  # first shard to see this path absent kills its process
+    slow_row: int | None = None  # the shard holding this row sleeps slow_s more
+    slow_s: float = 0.0
+    record_pid: bool = False  # add the worker's pid as a column
 
 
 class FilterConfig(StageConfig):
@@ -53,8 +56,12 @@ def square_run(table: pa.Table, cfg: SquareConfig, ctx) -> pa.Table:
     texts = table.column("instruction").to_pylist()
     if cfg.poison is not None and cfg.poison in texts:
         raise ValueError(f"poisoned row: {cfg.poison}")
-    time.sleep(cfg.sleep_s)
-    return table.append_column("square", pa.array([i * i for i in table.column("i").to_pylist()]))
+    rows = table.column("i").to_pylist()
+    time.sleep(cfg.sleep_s + (cfg.slow_s if cfg.slow_row in rows else 0.0))
+    table = table.append_column("square", pa.array([i * i for i in rows]))
+    if cfg.record_pid:
+        table = table.append_column("pid", pa.array([os.getpid()] * table.num_rows))
+    return table
 
 
 def filter_run(table: pa.Table, cfg: FilterConfig, ctx) -> StageResult:
