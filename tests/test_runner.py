@@ -112,3 +112,24 @@ def test_plan_shards_balances_across_workers():
     assert sizes(10, 64) == [1] * 41  # no empty shards when workers outnumber keys
     shards = plan_shards(t, "instruction_id", 16, True, 2)
     assert sum((s.column("instruction_id").to_pylist() for s in shards), []) == keys
+
+
+def test_funnel_table_shows_wall_and_busy_share(tmp_path):
+    from rich.console import Console
+
+    from pipeline.executors import InlineExecutor
+    from pipeline.progress import funnel_table
+    from tests.toy_pipeline import run_toy
+
+    funnel = run_toy(tmp_path, InlineExecutor(1))
+    square = next(r for r in funnel if r["stage"] == "square")
+    assert square["workers"] == 1 and 0 < square["utilization_last_attempt"] <= 1
+    console = Console(width=200, record=True)
+    console.print(funnel_table(funnel, seconds=1.0))
+    text = console.export_text()
+    assert "wall s" in text and "busy" in text
+    assert f"{square['utilization_last_attempt']:.0%} of 1" in text
+    # a rerun skips every stage and reports the attempt that computed it
+    again = run_toy(tmp_path, InlineExecutor(1))
+    assert [r["utilization_last_attempt"] for r in again] == [
+        r["utilization_last_attempt"] for r in funnel]

@@ -157,7 +157,7 @@ def test_minilm_run_selects_one_per_topic_and_reuses_the_cache(tmp_path):
     random.Random(0).shuffle(shuffled)
     ctx = FakeContext(tmp_path)
 
-    out = run(_table(shuffled), CompressConfig(budget=4), ctx)
+    out = run(_table(shuffled), CompressConfig(budget=4, min_distance=None), ctx)
     kept, dropped = out.table, out.dropped
     assert kept.num_rows == 4 and dropped.num_rows == 16
     assert kept.column("kcenter_rank").to_pylist() == [0, 1, 2, 3]
@@ -179,9 +179,74 @@ def test_minilm_run_selects_one_per_topic_and_reuses_the_cache(tmp_path):
     want = [ids[i] for i in kcenter_greedy(emb, 4, first=first)]
     assert kept.column("instruction_id").to_pylist() == want
 
-    again = run(_table(texts), CompressConfig(budget=4), ctx)  # other order, same content
+    again = run(_table(texts), CompressConfig(budget=4, min_distance=None), ctx)  # other order, same content
     assert again.stats["embeddings_cached"] == 20 and again.stats["embeddings_computed"] == 0
     assert again.table.column("instruction_id").to_pylist() == want
 
-    half = run(_table(texts), CompressConfig(budget=0.5, first="seed"), FakeContext(tmp_path, 3))
+    half = run(_table(texts), CompressConfig(budget=0.5, first="seed", min_distance=None),
+               FakeContext(tmp_path, 3))
     assert half.table.num_rows == 10 and half.dropped.num_rows == 10
+
+
+# Rewordings of one task mined in a default run (word-5-gram MinHash keeps them all apart).
+FACTORIAL = [
+    "Write a Python function that calculates the factorial of a given number.",
+    "Writing a Python function to compute the factorial of a given number.",
+    "Can you provide a Python function to calculate the factorial of a given number?",
+    "Could you provide a Python function that calculates the factorial of a number?",
+    "Create a Python function to calculate the factorial of a given number.",
+    "Can you create a Python function that calculates the factorial of a number?",
+]
+DISTINCT = [
+    "Create a Python function to check if a given number is prime.",
+    "Could you provide a Python function that calculates the cumulative sum of a list?",
+    "Can you help me write a Python function to sort a list of numbers by their last digit?",
+    "Write a Python function that calculates the area of a triangle from its three sides.",
+]
+
+
+@pytest.mark.models
+def test_minilm_rewordings_are_dropped_as_near_duplicates(tmp_path):
+    texts = FACTORIAL + DISTINCT
+    out = run(_table(texts), CompressConfig(), FakeContext(tmp_path))  # budget 1.0: all, ranked
+    kept = out.table.column("instruction").to_pylist()
+    assert sum("factorial" in t for t in kept) == 1
+    assert set(DISTINCT) <= set(kept)
+    dropped = out.dropped.to_pylist()
+    assert len(dropped) == len(FACTORIAL) - 1 == out.stats["near_duplicates"]
+    kept_factorial = next(i for i, t in zip(out.table.column("instruction_id").to_pylist(), kept)
+                          if "factorial" in t)
+    for row in dropped:
+        assert row["reason"] == "near_duplicate" and "factorial" in row["instruction"]
+        distance = float(row["detail"].split()[1])
+        assert row["detail"].endswith(kept_factorial) and 0 <= distance < 0.5
+    # kept rows are pairwise at least min_distance apart (the r-net property)
+    emb = pq.read_table(tmp_path / EMBEDDINGS_ARTIFACT)
+    vec = dict(zip(emb.column("instruction_id").to_pylist(),
+                   np.stack(emb.column("embedding").to_pylist())))
+    ids = out.table.column("instruction_id").to_pylist()
+    gaps = [np.linalg.norm(vec[a] - vec[b]) for i, a in enumerate(ids) for b in ids[i + 1:]]
+    assert min(gaps) >= 0.5
+    # turned off, every row is kept
+    assert run(_table(texts), CompressConfig(min_distance=None),
+               FakeContext(tmp_path)).table.num_rows == len(texts)
+
+
+def test_budget_and_min_distance_reasons_are_told_apart(tmp_path, monkeypatch):
+    # pure logic on fixed vectors: two tight pairs and two far points, budget 2
+    import stages.compress as compress
+
+    emb = np.array([[0, 0], [0.1, 0], [5, 0], [5, 0.1], [0, 9], [9, 9]], dtype=np.float32)
+    monkeypatch.setattr(compress, "cached_embeddings", lambda texts, *a, **k: (emb, 0))
+    monkeypatch.setattr(compress, "resolve_model_path", lambda model: tmp_path)
+    monkeypatch.setattr(compress, "model_key", lambda path: "fixed")
+    texts = [f"task {i}" for i in range(6)]
+    out = run(_table(texts), CompressConfig(budget=4, normalize=False, min_distance=1.0),
+              FakeContext(tmp_path))
+    assert out.table.num_rows == 4
+    reasons = {r["instruction"]: r["reason"] for r in out.dropped.to_pylist()}
+    assert sorted(reasons.values()) == ["near_duplicate", "near_duplicate"]
+    out = run(_table(texts), CompressConfig(budget=2, normalize=False, min_distance=1.0),
+              FakeContext(tmp_path))
+    reasons = sorted(r["reason"] for r in out.dropped.to_pylist())
+    assert out.table.num_rows == 2 and "not_selected" in reasons
