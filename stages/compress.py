@@ -13,7 +13,7 @@ Rows not selected are dropped with reason ``not_selected``. Unsharded: k-center 
 
 Near-duplicates (``min_distance``): selection stops once the next pick would lie closer than
 ``min_distance`` to a selected instruction, so the kept rows are pairwise at least that far
-apart (a greedy r-net) and every row within it of a kept one is dropped as ``near_duplicate``
+apart (a greedy r-net) and every row within it of a kept one is dropped as ``semantic_duplicate``
 (detail: the kept instruction_id and the distance), whatever the budget. Exact and MinHash
 dedup in ``clean`` miss rewordings: one default run kept eight factorial requests ("Write a
 Python function that calculates the factorial of a given number." / "Could you provide a Python
@@ -53,7 +53,7 @@ from pipeline.textnorm import instruction_id, normalize_text
 from stages.kcenter import kcenter_greedy_with_radii
 
 DROP_REASON = "not_selected"
-NEAR_DUPLICATE = "near_duplicate"
+SEMANTIC_DUPLICATE = "semantic_duplicate"
 EMBEDDINGS_ARTIFACT = "compress/embeddings.parquet"
 
 
@@ -77,7 +77,7 @@ class CompressConfig(StageConfig):
         default="auto", description="k-center backend (see stages.kcenter).")
     min_distance: float | None = Field(
         default=0.5, ge=0, description="Drop rows closer than this (Euclidean, on the "
-        "embeddings as compared) to a kept row as near_duplicate; calibrated for the embedded "
+        "embeddings as compared) to a kept row as semantic_duplicate; calibrated for the embedded "
         "all-MiniLM-L6-v2 with normalize=true; null: off.")
 
     @field_validator("budget", mode="before")
@@ -145,14 +145,14 @@ def run(table: pa.Table, cfg: CompressConfig, ctx: Any) -> StageResult:
     dropped = dropped.append_column("reason", pa.array(reasons, pa.string()))
     dropped = dropped.append_column("detail", pa.array(details, pa.string()))
     stats = {"budget": float(k), "final_radius": float(radii[-1]),
-             "near_duplicates": float(reasons.count(NEAR_DUPLICATE)),
+             "semantic_duplicates": float(reasons.count(SEMANTIC_DUPLICATE)),
              "embeddings_cached": float(cached), "embeddings_computed": float(n - cached)}
     return StageResult(table=kept, dropped=dropped, stats=stats)
 
 
 def drop_reasons(emb: np.ndarray, picked: np.ndarray, unselected: np.ndarray, ids: list[str],
                  min_distance: float | None) -> tuple[list[str], list[str | None]]:
-    """``near_duplicate`` (with the nearest kept row) or ``not_selected`` per unselected row."""
+    """``semantic_duplicate`` (with the nearest kept row) or ``not_selected`` per unselected row."""
     if len(unselected) == 0:
         return [], []
     from sklearn.metrics import pairwise_distances_argmin_min  # chunked: n x k never in memory
@@ -161,7 +161,7 @@ def drop_reasons(emb: np.ndarray, picked: np.ndarray, unselected: np.ndarray, id
     reasons, details = [], []
     for j, d in zip(nearest.tolist(), dist.tolist()):
         if min_distance is not None and d < min_distance:
-            reasons.append(NEAR_DUPLICATE)
+            reasons.append(SEMANTIC_DUPLICATE)
             details.append(f"distance {d:.3f} to kept {ids[picked[j]]}")
         else:
             reasons.append(DROP_REASON)

@@ -206,18 +206,18 @@ DISTINCT = [
 
 
 @pytest.mark.models
-def test_minilm_rewordings_are_dropped_as_near_duplicates(tmp_path):
+def test_minilm_rewordings_are_dropped_as_semantic_duplicates(tmp_path):
     texts = FACTORIAL + DISTINCT
     out = run(_table(texts), CompressConfig(), FakeContext(tmp_path))  # budget 1.0: all, ranked
     kept = out.table.column("instruction").to_pylist()
     assert sum("factorial" in t for t in kept) == 1
     assert set(DISTINCT) <= set(kept)
     dropped = out.dropped.to_pylist()
-    assert len(dropped) == len(FACTORIAL) - 1 == out.stats["near_duplicates"]
+    assert len(dropped) == len(FACTORIAL) - 1 == out.stats["semantic_duplicates"]
     kept_factorial = next(i for i, t in zip(out.table.column("instruction_id").to_pylist(), kept)
                           if "factorial" in t)
     for row in dropped:
-        assert row["reason"] == "near_duplicate" and "factorial" in row["instruction"]
+        assert row["reason"] == "semantic_duplicate" and "factorial" in row["instruction"]
         distance = float(row["detail"].split()[1])
         assert row["detail"].endswith(kept_factorial) and 0 <= distance < 0.5
     # kept rows are pairwise at least min_distance apart (the r-net property)
@@ -234,7 +234,7 @@ def test_minilm_rewordings_are_dropped_as_near_duplicates(tmp_path):
 
 def test_budget_and_min_distance_reasons_are_told_apart(tmp_path, monkeypatch):
     # pure logic on fixed vectors: two tight pairs and two far points, budget 2
-    import stages.compress as compress
+    from stages import compress
 
     emb = np.array([[0, 0], [0.1, 0], [5, 0], [5, 0.1], [0, 9], [9, 9]], dtype=np.float32)
     monkeypatch.setattr(compress, "cached_embeddings", lambda texts, *a, **k: (emb, 0))
@@ -245,7 +245,7 @@ def test_budget_and_min_distance_reasons_are_told_apart(tmp_path, monkeypatch):
               FakeContext(tmp_path))
     assert out.table.num_rows == 4
     reasons = {r["instruction"]: r["reason"] for r in out.dropped.to_pylist()}
-    assert sorted(reasons.values()) == ["near_duplicate", "near_duplicate"]
+    assert sorted(reasons.values()) == ["semantic_duplicate", "semantic_duplicate"]
     out = run(_table(texts), CompressConfig(budget=2, normalize=False, min_distance=1.0),
               FakeContext(tmp_path))
     reasons = sorted(r["reason"] for r in out.dropped.to_pylist())
