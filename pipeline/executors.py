@@ -90,6 +90,8 @@ class RayExecutor:
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
         ray = self.ray
+        if not jobs:
+            return
         if not spec.uses_models:
             ctx.threads = 1
             task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries)
@@ -108,7 +110,7 @@ class RayExecutor:
         actor_cls = ray.remote(_ShardActor).options(
             num_cpus=self.threads, max_restarts=self.max_retries,
             max_task_retries=self.max_retries)
-        actors = [actor_cls.remote() for _ in range(min(self.model_workers, len(jobs)) or 1)]
+        actors = [actor_cls.remote() for _ in range(min(self.model_workers, len(jobs)))]
         # A free actor takes the next shard (rather than dealing shards out up front), so an
         # actor whose shards decode shorter answers is not left idle while another has a queue.
         pool = ActorPool(actors)
