@@ -94,10 +94,8 @@ def plan_shards(table: pa.Table, key: str, shard_size: int, sharded: bool,
     n = min(len(order), -(-n // parallelism) * parallelism)
     size, extra = divmod(len(order), n)
     # the first ``extra`` shards take one key more than the rest
-    shard_of = {}
-    for i, k in enumerate(order):
-        big = extra * (size + 1)
-        shard_of[k] = i // (size + 1) if i < big else extra + (i - big) // size
+    bounds = [s * size + min(s, extra) for s in range(n + 1)]
+    shard_of = {k: s for s in range(n) for k in order[bounds[s]:bounds[s + 1]]}
     ids = pa.array([shard_of[v] for v in values], pa.int32())
     import pyarrow.compute as pc
 
@@ -134,8 +132,8 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         return done
     stage_store.clear_success()
 
-    shards = plan_shards(table, spec.shard_key, shard_size, spec.sharded,
-                         executor.parallelism(spec))
+    parallelism = executor.parallelism(spec)
+    shards = plan_shards(table, spec.shard_key, shard_size, spec.sharded, parallelism)
     stage_store.remove_stale(len(shards))
     hashes = [table_hash(s) for s in shards]
     markers: dict[int, dict[str, Any]] = {}
@@ -157,7 +155,7 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         if progress:
             progress.advance(spec.name, marker["input_rows"])
     wall = time.perf_counter() - start
-    workers = min(executor.parallelism(spec), len(todo))
+    workers = min(parallelism, len(todo))
 
     ordered = [markers[i] for i in range(len(shards))]
     reasons: Counter = Counter()

@@ -130,14 +130,13 @@ def run(table: pa.Table, cfg: CompressConfig, ctx: Any) -> StageResult:
     first = first_center(cfg.first, emb, ids, seed=getattr(ctx, "seed", 0))
     result = kcenter_greedy_with_radii(emb, k, first=first, backend=cfg.backend)
     picked, radii = result.indices, result.radii
-    if cfg.min_distance is not None and k > 1:
-        # radii[j - 1] is how far pick j was from the centers before it; radii never increase
-        far_enough = radii[:-1] >= cfg.min_distance
-        keep = 1 + (int(np.argmin(far_enough)) if not far_enough.all() else k - 1)
+    if cfg.min_distance is not None:
+        # radii[j - 1] is how far pick j was from the centers before it; radii never increase,
+        # so the picks at least min_distance away are a prefix
+        keep = 1 + int(np.count_nonzero(radii[:-1] >= cfg.min_distance))
         picked, radii = picked[:keep], radii[:keep]
-    k = len(picked)
     kept = table.take(pa.array(picked))
-    kept = kept.append_column("kcenter_rank", pa.array(np.arange(k, dtype=np.int64)))
+    kept = kept.append_column("kcenter_rank", pa.array(np.arange(len(picked), dtype=np.int64)))
     kept = kept.append_column("kcenter_radius", pa.array(radii.astype(np.float32)))
     unselected = np.setdiff1d(np.arange(n), picked)  # sorted: instruction_id order
     reasons, details = drop_reasons(emb, picked, unselected, ids, cfg.min_distance)
@@ -153,14 +152,14 @@ def run(table: pa.Table, cfg: CompressConfig, ctx: Any) -> StageResult:
 def drop_reasons(emb: np.ndarray, picked: np.ndarray, unselected: np.ndarray, ids: list[str],
                  min_distance: float | None) -> tuple[list[str], list[str | None]]:
     """``semantic_duplicate`` (with the nearest kept row) or ``not_selected`` per unselected row."""
-    if len(unselected) == 0:
-        return [], []
+    if min_distance is None or len(unselected) == 0:
+        return [DROP_REASON] * len(unselected), [None] * len(unselected)
     from sklearn.metrics import pairwise_distances_argmin_min  # chunked: n x k never in memory
 
     nearest, dist = pairwise_distances_argmin_min(emb[unselected], emb[picked])
     reasons, details = [], []
     for j, d in zip(nearest.tolist(), dist.tolist()):
-        if min_distance is not None and d < min_distance:
+        if d < min_distance:
             reasons.append(SEMANTIC_DUPLICATE)
             details.append(f"distance {d:.3f} to kept {ids[picked[j]]}")
         else:
