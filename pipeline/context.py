@@ -97,7 +97,7 @@ class RunContext:
     def backend(self, model_id: str) -> Any:
         from pipeline.backends import create_backend
 
-        cache_dir = self.run_dir / "cache" / "requests" if self.config.runner.request_cache else None
+        cache_dir = self.cache_dir("requests") if self.config.runner.request_cache else None
         key = (model_id, str(self.config.models_file), self.threads, str(cache_dir))
         with _LOCK:
             if key not in _BACKENDS:
@@ -140,6 +140,10 @@ class RunContext:
 
     def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
         return RunStore(self.run_dir).write_artifact(relpath, data)
+
+    def cache_dir(self, name: str) -> Path:
+        """A cache directory of this run (the store owns where it lives)."""
+        return RunStore(self.run_dir).cache_dir(name)
 
     def advance(self, rows: int) -> None:
         self.progress_rows += rows

@@ -75,6 +75,9 @@ class StageContext(Protocol):
     def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
         """Atomically write a side artifact (ratings table, report) under the run directory."""
 
+    def cache_dir(self, name: str) -> Path:
+        """A cache directory of the run (``embeddings/<model>``), created; the store owns where."""
+
 
 RunFn = Callable[[pa.Table, StageConfig, StageContext], "pa.Table | StageResult"]
 PlanFn = Callable[[StageConfig, StageContext], pa.Table]

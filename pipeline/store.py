@@ -248,6 +248,14 @@ class RunStore:
         manifest.setdefault("stages", {})[name] = info
         atomic_write_json(self.manifest_path, manifest)
 
+    def cache_dir(self, name: str) -> Path:
+        """The directory of one cache (``requests``, ``embeddings/<model>``), created."""
+        path = self.root / "cache" / name
+        if not path.resolve().is_relative_to((self.root / "cache").resolve()):
+            raise StoreError(f"cache name {name!r} leaves the cache directory")
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
     def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
         path = self.root / relpath
         if not path.resolve().is_relative_to(self.root.resolve()):
