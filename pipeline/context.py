@@ -64,23 +64,50 @@ class _TimedBackend:
         return self._timed("next_token_logprobs", *args, **kwargs)
 
 
-class RunContext:
-    """Implements ``pipeline.stage.StageContext`` for one run directory."""
+class UndeclaredReadError(KeyError):
+    """A stage read an earlier output, column or artifact its ``StageSpec`` does not declare."""
 
-    def __init__(self, run_dir: Path, config: Any, threads: int | None = None):
+    def __str__(self) -> str:
+        return str(self.args[0])
+
+
+class RunContext:
+    """Implements ``pipeline.stage.StageContext`` for one run directory.
+
+    The runner hands each stage ``ctx.for_stage(spec, threads)``: a copy that serves only the
+    reads the spec declares, so an undeclared read fails in the first test, not on a cluster.
+    """
+
+    def __init__(self, run_dir: Path, config: Any, threads: int | None = None,
+                 stage: Any = None):
         self.run_dir = Path(run_dir)
         self.config = config
         self.seed = config.seed
         self.threads = threads or max(1, os.cpu_count() or 1)
+        self.stage = stage  # the StageSpec this context serves (None: unrestricted, for tools)
         self.model_seconds = 0.0
         self.cache = {"hits": 0, "misses": 0}  # request-cache counts of this shard
         self.progress_rows = 0
 
     def __getstate__(self) -> dict[str, Any]:
-        return {"run_dir": self.run_dir, "config": self.config, "threads": self.threads}
+        return {"run_dir": self.run_dir, "config": self.config, "threads": self.threads,
+                "stage": self.stage}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["run_dir"], state["config"], state["threads"])
+        self.__init__(state["run_dir"], state["config"], state["threads"], state.get("stage"))
+
+    def for_stage(self, spec: Any, threads: int | None = None) -> RunContext:
+        """A fresh context for one stage's workers (``threads`` per model worker)."""
+        return RunContext(self.run_dir, self.config, threads or self.threads, stage=spec)
+
+    @property
+    def run_id(self) -> str:
+        return self.run_dir.name
+
+    def config_hash(self) -> str | None:
+        """The run config's hash (what a dataset row records as its provenance)."""
+        config_hash = getattr(self.config, "config_hash", None)
+        return config_hash() if callable(config_hash) else None
 
     # -- models -----------------------------------------------------------------------------
     def registry(self) -> dict[str, Any]:
@@ -116,11 +143,32 @@ class RunContext:
             return _SANDBOX[key]
 
     # -- data -------------------------------------------------------------------------------
+    def _declared_columns(self, stage: str, columns: Sequence[str] | None) -> list[str] | None:
+        if self.stage is None:
+            return list(columns) if columns is not None else None
+        name = self.stage.name
+        if stage not in self.stage.reads:
+            raise UndeclaredReadError(
+                f"stage {name!r} reads stage {stage!r} without declaring it "
+                f"(StageSpec.reads has {sorted(self.stage.reads)})")
+        declared = list(self.stage.reads[stage])
+        if columns is None:
+            return declared
+        extra = [c for c in columns if c not in declared]
+        if extra:
+            raise UndeclaredReadError(
+                f"stage {name!r} reads columns {extra} of stage {stage!r} without declaring "
+                f"them (declared: {declared})")
+        return list(columns)
+
     def read(self, stage: str, columns: Sequence[str] | None = None,
              instruction_ids: Sequence[str] | None = None) -> pa.Table:
+        columns = self._declared_columns(stage, columns)
         store = RunStore(self.run_dir).stage(stage)
         info = store.success()
         if info is None:
+            if self.stage is not None and stage in self.stage.optional:
+                raise KeyError(f"optional stage {stage!r} did not run in {self.run_dir}")
             raise RuntimeError(f"stage {stage!r} has not completed in {self.run_dir}")
         key = (str(store.dir), info.get("fingerprint"))
         with _LOCK:
@@ -135,8 +183,22 @@ class RunContext:
             table = table.filter(pc.is_in(table.column("instruction_id"),
                                           value_set=pa.array(list(instruction_ids), pa.string())))
         if columns is not None:
-            table = table.select(list(columns))
+            table = table.select([c for c in columns if c in table.column_names]
+                                 if self.stage is None else columns)
         return table
+
+    def read_artifact(self, relpath: str) -> bytes | None:
+        if self.stage is not None and relpath not in self.stage.artifacts:
+            raise UndeclaredReadError(
+                f"stage {self.stage.name!r} reads artifact {relpath!r} without declaring it "
+                f"(StageSpec.artifacts has {list(self.stage.artifacts)})")
+        return RunStore(self.run_dir).read_artifact(relpath)
+
+    def funnel(self) -> Any:
+        return RunStore(self.run_dir).funnel()
+
+    def remove_artifacts(self, folder: str, pattern: str, keep: Sequence[str]) -> list[str]:
+        return RunStore(self.run_dir).remove_artifacts(folder, pattern, keep)
 
     def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
         return RunStore(self.run_dir).write_artifact(relpath, data)

@@ -35,9 +35,11 @@ class InlineExecutor:
     def parallelism(self, spec: StageSpec) -> int:
         return 1
 
+    def threads(self, spec: StageSpec) -> int:
+        return self.cpus
+
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
-        ctx.threads = self.cpus
         for index, table, input_hash in jobs:
             yield dict(execute_shard(spec, cfg, ctx, index, table, input_hash), shard=index)
 
@@ -81,11 +83,15 @@ class RayExecutor:
         # 22-24 tok/s with spinning OpenMP threads and 14.6 with OMP_WAIT_POLICY=PASSIVE, which
         # it needs to survive sharing the cores (spinning: 2.4 tok/s each when two run at once).
         self.model_workers = min(model_workers or self.cpus, self.cpus)
-        self.threads = threads_per_worker or max(1, self.cpus // self.model_workers)
+        self.threads_per_model_worker = threads_per_worker or max(1, self.cpus // self.model_workers)
 
     def parallelism(self, spec: StageSpec) -> int:
         """Shards of ``spec`` that run at once (the runner plans shard counts as multiples)."""
         return self.model_workers if spec.uses_models else self.cpus
+
+    def threads(self, spec: StageSpec) -> int:
+        """Threads one worker of ``spec`` may use (a CPU task gets one core)."""
+        return self.threads_per_model_worker if spec.uses_models else 1
 
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
@@ -93,7 +99,6 @@ class RayExecutor:
         if not jobs:
             return
         if not spec.uses_models:
-            ctx.threads = 1
             task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries)
             pending = [task.remote(spec, cfg, ctx, *job) for job in jobs]
             try:
@@ -106,9 +111,8 @@ class RayExecutor:
             return
         from ray.util import ActorPool
 
-        ctx.threads = self.threads
         actor_cls = ray.remote(_ShardActor).options(
-            num_cpus=self.threads, max_restarts=self.max_retries,
+            num_cpus=self.threads_per_model_worker, max_restarts=self.max_retries,
             max_task_retries=self.max_retries)
         actors = [actor_cls.remote() for _ in range(min(self.model_workers, len(jobs)))]
         # A free actor takes the next shard (rather than dealing shards out up front), so an

@@ -10,20 +10,21 @@ running again therefore ends with each row exactly once.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import logging
 import os
 import time
 from collections import Counter
 from pathlib import Path
+from collections.abc import Mapping
 from typing import Any
 
 import pyarrow as pa
 
-from pipeline import __version__
+from pipeline import fingerprint as fp
 from pipeline.context import RunContext
 from pipeline.executors import make_executor
+from pipeline.funnel import Funnel, StageCounts
 from pipeline.progress import Progress, render_funnel
 from pipeline.shards import DROPPED_SCHEMA
 from pipeline.stage import StageSpec
@@ -47,32 +48,53 @@ class ModelUnavailableError(ValueError):
 @dataclasses.dataclass
 class RunResult:
     run_dir: Path
-    funnel: list[dict[str, Any]]
+    funnel: Funnel
     seconds: float
 
 
-def check_chain(specs: list[StageSpec], completed: set[str] = frozenset()) -> None:
-    """Check, before any model is loaded, that each stage's inputs can be satisfied.
+def check_chain(specs: list[StageSpec], completed: Mapping[str, Any] | set[str] = frozenset(),
+                store: RunStore | None = None) -> None:
+    """Check, before any model is loaded, that every stage's inputs can be satisfied.
 
-    A stage's available columns are its declared outputs plus those of its source (stages pass
-    their input columns through). Stages read from disk (``completed``) count as present.
+    For each stage: its source and every stage it ``reads`` (or whose artifacts it reads) is
+    configured before it or complete in the run directory, and every column it names is among
+    that stage's columns: its declared outputs plus those of its source (stages pass their
+    input columns through), or, for a stage complete on disk and not rerun, its stored schema.
     """
     by_name = {s.name: s for s in specs}
+    position = {name: i for i, name in enumerate(by_name)}
     available: dict[str, set[str]] = {}
+    if store is not None:
+        for name in completed:
+            if name not in by_name and (schema := store.stage(name).schema()) is not None:
+                available[name] = set(schema.names)
+
+    def columns_of(dep: str) -> set[str] | None:
+        return available.get(dep)
+
     for spec in specs:
-        for dep in ([spec.source] if spec.source else []) + list(spec.needs):
+        for dep in spec.upstream:
+            optional = dep in spec.optional
             if dep not in by_name and dep not in completed:
+                if optional:
+                    continue
                 raise ContractChainError(
                     f"stage {spec.name!r} needs stage {dep!r}, which is neither configured "
                     f"before it nor complete in the run directory")
-            if dep in by_name and list(by_name).index(dep) > list(by_name).index(spec.name):
+            if dep in by_name and position[dep] > position[spec.name]:
                 raise ContractChainError(f"stage {spec.name!r} needs {dep!r}, which runs after it")
-        if spec.source in available:
-            missing = [c for c in spec.inputs if c not in available[spec.source]]
+        wanted = [(spec.source, spec.inputs)] if spec.source else []
+        wanted += list(spec.reads.items())
+        for dep, cols in wanted:
+            have = columns_of(dep)
+            if have is None:
+                continue
+            missing = [c for c in cols if c not in have]
             if missing:
+                what = "needs columns" if dep == spec.source else "reads columns"
                 raise ContractChainError(
-                    f"stage {spec.name!r} needs columns {missing} that stage {spec.source!r} "
-                    f"does not provide (it provides {sorted(available[spec.source])})")
+                    f"stage {spec.name!r} {what} {missing} that stage {dep!r} does not provide "
+                    f"(it provides {sorted(have)})")
         inherited = available.get(spec.source, set(spec.inputs)) if spec.source else set()
         available[spec.name] = set(spec.outputs) | inherited
 
@@ -102,34 +124,43 @@ def plan_shards(table: pa.Table, key: str, shard_size: int, sharded: bool,
     return [table.filter(pc.equal(ids, i)) for i in range(n)]
 
 
-def _fingerprint(*parts: Any) -> str:
-    blob = json.dumps(parts, sort_keys=True, default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
 def _stage_input(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore) -> pa.Table:
     if spec.plan is not None:
         return spec.plan(cfg, ctx)
     return store.stage(spec.source).read()
 
 
+def fingerprint_parts(spec: StageSpec, cfg: Any, store: RunStore, table: pa.Table) -> dict:
+    """Everything a stage's rows depend on, each part hashed (see ``pipeline.fingerprint``)."""
+    return {
+        "config": fp.digest([spec.name, cfg.model_dump(mode="json")]),
+        "upstream": {dep: (store.stage(dep).success() or {}).get("output_hash")
+                     for dep in spec.upstream},
+        "input": table_hash(table),
+        "code": fp.code_digests(spec.run.__module__),
+        "prompts": fp.prompt_digests(spec.prompts),
+    }
+
+
 def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, executor: Any,
-              shard_size: int, progress: Progress | None = None) -> dict[str, Any]:
-    """Bring one stage to completion (skipping what is already done); returns its stats."""
+              shard_size: int, progress: Progress | None = None) -> StageCounts:
+    """Bring one stage to completion (skipping what is already done); returns its counts."""
     stage_store = store.stage(spec.name)
+    ctx = ctx.for_stage(spec, executor.threads(spec))
     table = _stage_input(spec, cfg, ctx, store)
     missing = [c for c in spec.inputs if c not in table.column_names]
     if table.num_rows and missing:
         raise ContractChainError(f"stage {spec.name!r}: input lacks columns {missing}")
-    upstream = {dep: (store.stage(dep).success() or {}).get("output_hash")
-                for dep in ([spec.source] if spec.source else []) + list(spec.needs)}
-    fingerprint = _fingerprint(spec.name, cfg.model_dump(mode="json"), upstream,
-                               table_hash(table), __version__)
+    parts = fingerprint_parts(spec, cfg, store, table)
+    fingerprint = fp.digest(parts)
     done = stage_store.success()
     if done and done.get("fingerprint") == fingerprint and not stage_store.verify():
         if progress:
             progress.skip(spec.name, done["rows_in"])
-        return done
+        return dataclasses.replace(StageCounts.from_record(spec.name, done), recomputed=None)
+    recomputed = fp.explain_change(done, parts)
+    if done:
+        log.info("stage %s is recomputed: %s", spec.name, recomputed)
     stage_store.clear_success()
 
     parallelism = executor.parallelism(spec)
@@ -165,7 +196,9 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         extra.update(m.get("stats", {}))
     info = {
         "fingerprint": fingerprint,
-        "output_hash": _fingerprint([m["sha256"] for m in ordered]),
+        "fingerprint_parts": parts,
+        "recomputed": recomputed,
+        "output_hash": fp.digest([m["sha256"] for m in ordered]),
         "shards": len(shards),
         "rows_in": table.num_rows,
         "rows_out": sum(m["rows"] for m in ordered),
@@ -190,36 +223,34 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         raise StageFailedError(f"stage {spec.name!r}: every one of {table.num_rows} rows raised; "
                                f"first error: {first}")
     stage_store.mark_success(info)
-    store.update_stage(spec.name, {"status": "complete", **info})
+    store.update_stage(spec.name, {"status": "complete",
+                                   **{k: v for k, v in info.items() if k != "fingerprint_parts"}})
     if progress:
         progress.finish(spec.name)
-    return info
+    return StageCounts.from_record(spec.name, info)
 
 
 def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunContext,
                store: RunStore, executor: Any, shard_size: int,
-               show_progress: bool = True) -> list[dict[str, Any]]:
-    """Run stages in order; returns the funnel (one dict of stats per stage)."""
-    completed = {p.name for p in (store.root / "stages").glob("*") if (p / "_SUCCESS").exists()}
-    check_chain(specs, completed)
-    funnel = []
+               show_progress: bool = True) -> Funnel:
+    """Run stages in order; returns the funnel."""
+    check_chain(specs, store.completed(), store)
+    funnel = Funnel()
     with Progress(enabled=show_progress) as progress:
         for spec in specs:
-            info = run_stage(spec, stage_cfgs[spec.name], ctx, store, executor, shard_size, progress)
-            funnel.append({"stage": spec.name, **info})
-    _write_run_summary(store, [s.name for s in specs], funnel)
+            funnel = funnel.plus(run_stage(spec, stage_cfgs[spec.name], ctx, store, executor,
+                                           shard_size, progress))
+    _write_run_summary(store, funnel)
     return funnel
 
 
-def _write_run_summary(store: RunStore, names: list[str], funnel: list[dict[str, Any]]) -> None:
-    dropped = [store.stage(n).read("dropped") for n in names]
+def _write_run_summary(store: RunStore, funnel: Funnel) -> None:
+    dropped = [store.stage(n).read("dropped") for n in funnel.names()]
     dropped = [d for d in dropped if d.num_rows]
     table = pa.concat_tables(dropped) if dropped else DROPPED_SCHEMA.empty_table()
     store.write_artifact("dropped.parquet", table)
-    keys = ("rows_in", "rows_out", "dropped", "seconds", "model_seconds", "cache_hits",
-            "cache_misses", "wall_seconds_last_attempt", "workers", "utilization_last_attempt",
-            "stats")
-    summary = {row["stage"]: {k: row.get(k) for k in keys} for row in funnel}
+    summary = {row.stage: {k: v for k, v in row.as_dict().items() if k != "stage"}
+               for row in funnel}
     store.write_artifact("stats.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
@@ -281,8 +312,7 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     specs = [get_stage(name) for name in cfg.stages]
     run_dir = Path(cfg.artifacts_dir) / cfg.name
     store = RunStore(run_dir)
-    completed = {p.name for p in (run_dir / "stages").glob("*") if (p / "_SUCCESS").exists()}
-    check_chain(specs, completed if not fresh else set())
+    check_chain(specs, store.completed() if not fresh else {}, None if fresh else store)
     check_models_available(cfg, specs)
     store.open(cfg.config_hash(), dump_config(cfg), fresh=fresh)
     executor = make_executor(cfg.runner)

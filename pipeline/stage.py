@@ -21,8 +21,9 @@ Example (a toy stage)::
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any, Protocol
 
 import pyarrow as pa
@@ -64,7 +65,14 @@ class StageContext(Protocol):
 
     def read(self, stage: str, columns: Sequence[str] | None = None,
              instruction_ids: Sequence[str] | None = None) -> pa.Table:
-        """The complete output of an earlier stage, optionally filtered to some instructions."""
+        """A declared earlier output (its declared columns, or ``columns`` among them),
+        optionally filtered to some instructions."""
+
+    def read_artifact(self, relpath: str) -> bytes | None:
+        """A declared side artifact of an earlier stage (None when that stage wrote none)."""
+
+    def funnel(self) -> Any:
+        """The run's funnel so far (``pipeline.funnel.Funnel``: completed stages in order)."""
 
     def sandbox(self) -> Any:
         """A sandbox pool (pipeline.sandbox) shared by the process."""
@@ -98,7 +106,15 @@ class StageSpec:
         outputs: columns the stage's output must have.
         shard_key: rows sharing this value always land in the same shard.
         sharded: False for stages that need all rows at once (dedup, k-center, ratings).
-        needs: other stages read through ``ctx.read`` (checked to exist before the run).
+        reads: every earlier output the stage reads besides its source, with the columns it
+            reads (``{"rate": ("instruction_id", "model", "winner")}``). The runner checks each
+            column before any model loads, and ``ctx.read`` hands out only what is declared.
+        optional: stages among ``reads`` that may be absent from a run (``ctx.read`` then
+            raises ``KeyError``).
+        artifacts: side artifacts of earlier stages the stage reads (``"rate/ratings.parquet"``,
+            through ``ctx.read_artifact``); the first path part names the producing stage.
+        prompts: prompt templates the stage fills (globs under ``pipeline/prompts``, or absolute
+            paths); their text is part of the stage's resume fingerprint, like its code.
         uses_models: True when the stage calls LLM backends (the runner sizes its pool).
     """
 
@@ -111,12 +127,28 @@ class StageSpec:
     outputs: tuple[str, ...] = ()
     shard_key: str = "instruction_id"
     sharded: bool = True
-    needs: tuple[str, ...] = ()
+    reads: Mapping[str, tuple[str, ...]] = dataclasses.field(default_factory=dict)
+    optional: tuple[str, ...] = ()
+    artifacts: tuple[str, ...] = ()
+    prompts: tuple[str, ...] = ()
     uses_models: bool = False
 
     def __post_init__(self) -> None:
         if (self.source is None) == (self.plan is None):
             raise ValueError(f"stage {self.name!r}: give exactly one of source= or plan=")
+        # frozen, hashable and safe to share between workers
+        object.__setattr__(self, "reads", MappingProxyType(
+            {stage: tuple(cols) for stage, cols in dict(self.reads).items()}))
+        unknown = [s for s in self.optional if s not in self.reads]
+        if unknown:
+            raise ValueError(f"stage {self.name!r}: optional {unknown} are not among its reads")
+
+    @property
+    def upstream(self) -> tuple[str, ...]:
+        """Every earlier stage whose output this one depends on (source, reads, artifacts)."""
+        deps = [self.source] if self.source else []
+        deps += list(self.reads) + [a.split("/", 1)[0] for a in self.artifacts]
+        return tuple(dict.fromkeys(deps))
 
 
 def as_result(out: pa.Table | StageResult) -> StageResult:

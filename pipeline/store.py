@@ -97,12 +97,17 @@ def read_json(path: Path) -> Any | None:
 
 
 def table_hash(table: pa.Table, key: str | None = None) -> str:
-    """Order-sensitive fingerprint of a table's key column (or of all its rows)."""
+    """Order-sensitive fingerprint of a table's key column (or of all its rows).
+
+    Hashed in slices of rows, so a large table never becomes one JSON string in memory.
+    """
     h = hashlib.sha256()
     cols = [key] if key and key in table.column_names else table.column_names
     for col in cols:
         h.update(col.encode())
-        h.update(json.dumps(table.column(col).to_pylist(), default=str).encode())
+        column = table.column(col)
+        for start in range(0, len(column), 4096):
+            h.update(json.dumps(column.slice(start, 4096).to_pylist(), default=str).encode())
     return h.hexdigest()[:16]
 
 
@@ -192,6 +197,13 @@ class StageStore:
             if n >= keep:
                 p.unlink(missing_ok=True)
 
+    def schema(self) -> pa.Schema | None:
+        """The columns of a complete stage's output (from its first shard), without reading it."""
+        info = self.success()
+        if info is None or not info.get("shards") or not self.shard_path(0).is_file():
+            return None
+        return pq.read_schema(self.shard_path(0))
+
     def read(self, which: str = "kept", columns: Iterable[str] | None = None) -> pa.Table:
         """All shards of a complete stage, in shard order, checksums verified."""
         problems = self.verify()
@@ -256,10 +268,45 @@ class RunStore:
         path.mkdir(parents=True, exist_ok=True)
         return path
 
-    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
+    def completed(self) -> dict[str, dict[str, Any]]:
+        """``{stage: its _SUCCESS record}`` of every complete stage in the run directory."""
+        out = {}
+        for path in sorted((self.root / "stages").glob(f"*/{SUCCESS}")):
+            record = read_json(path)
+            if record is not None:
+                out[path.parent.name] = record
+        return out
+
+    def funnel(self, order: list[str] | None = None) -> Any:
+        """The completed stages as a ``pipeline.funnel.Funnel`` (pipeline order by default)."""
+        from pipeline.funnel import Funnel
+
+        return Funnel.from_records(self.completed(), order)
+
+    def _artifact_path(self, relpath: str) -> Path:
         path = self.root / relpath
         if not path.resolve().is_relative_to(self.root.resolve()):
             raise StoreError(f"artifact path {relpath!r} leaves the run directory")
+        return path
+
+    def read_artifact(self, relpath: str) -> bytes | None:
+        """A side artifact's bytes, or None when it was never written."""
+        path = self._artifact_path(relpath)
+        return path.read_bytes() if path.is_file() else None
+
+    def remove_artifacts(self, folder: str, pattern: str, keep: Iterable[str]) -> list[str]:
+        """Delete files matching ``pattern`` in artifact ``folder`` whose names are not in
+        ``keep`` (a rerun that writes fewer dataset shards must not leave the old ones)."""
+        keep = set(keep)
+        removed = []
+        for path in sorted(self._artifact_path(folder).glob(pattern)):
+            if path.name not in keep and path.is_file():
+                path.unlink()
+                removed.append(path.name)
+        return removed
+
+    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
+        path = self._artifact_path(relpath)
         if isinstance(data, pa.Table):
             atomic_write_table(path, data)
         else:

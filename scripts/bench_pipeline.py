@@ -88,7 +88,7 @@ def run_pipeline_part(workdir: Path, args) -> dict:
     mine_run = run_pipeline(mine_cfg, show_progress=False)
     answer_run = run_pipeline(answer_cfg, show_progress=False)
     wall = time.perf_counter() - start
-    return {"wall": wall, "funnel": mine_run.funnel + answer_run.funnel,
+    return {"wall": wall, "funnel": mine_run.funnel.as_dicts() + answer_run.funnel.as_dicts(),
             "mine_dir": mine_run.run_dir, "answer_dir": answer_run.run_dir,
             "mine_cfg": mine_cfg, "answer_cfg": answer_cfg, "seed": seed}
 

@@ -44,6 +44,7 @@ CSV or JSON-lines file.
 
 from __future__ import annotations
 
+import io
 import json
 import logging
 from collections.abc import Mapping, Sequence
@@ -167,25 +168,6 @@ def winner_pass_rate(rate: pd.DataFrame, verify: pd.DataFrame) -> dict:
             if executable(every).any() else None}
 
 
-def run_funnel(run_dir: Path) -> dict:
-    """The completed stages' row counts, in pipeline order (read-only)."""
-    from pipeline.store import RunStore
-    from stages import PIPELINE
-
-    store = RunStore(run_dir)
-    funnel = {}
-    for name in PIPELINE:
-        info = store.stage(name).success()
-        if info:
-            funnel[name] = {k: info.get(k) for k in ("rows_in", "rows_out", "dropped")}
-    return funnel
-
-
-def _read_ratings(run_dir: Path) -> pd.DataFrame | None:
-    path = Path(run_dir) / "rate" / "ratings.parquet"
-    return pd.read_parquet(path) if path.is_file() else None
-
-
 def write_report(out_dir: Path, metrics: Mapping, ratings: pd.DataFrame | None = None,
                  funnel: Mapping | Sequence | None = None, write=None) -> Path:
     """Write ``metrics.json`` and ``report.html``; ``write(relpath, text)`` overrides I/O."""
@@ -228,8 +210,9 @@ def run(table: pa.Table, cfg: AuditConfig, ctx: StageContext) -> StageResult:
     metrics, answers = _audit(rows, families, cfg, seed)
     rate = ctx.read("rate", columns=["instruction_id", "model", "winner"]).to_pandas()
     metrics["winners"] = jsonable(winner_pass_rate(rate, verify))
-    write_report(Path(ctx.run_dir) / "audit", metrics, _read_ratings(ctx.run_dir),
-                 run_funnel(ctx.run_dir), write=ctx.write_artifact)
+    ratings = ctx.read_artifact(RATINGS_ARTIFACT)
+    ratings = pd.read_parquet(io.BytesIO(ratings)) if ratings is not None else None
+    write_report(Path("audit"), metrics, ratings, ctx.funnel(), write=ctx.write_artifact)
 
     keys = pd.MultiIndex.from_arrays([verify["instruction_id"], verify["model"]])
     per = answers.set_index(["instruction_id", "model"]).reindex(keys)
@@ -250,26 +233,6 @@ def run(table: pa.Table, cfg: AuditConfig, ctx: StageContext) -> StageResult:
     return StageResult(table=out, stats={k: float(v) for k, v in stats.items()})
 
 
-def build_report(run_dir: Path) -> Path:
-    """(Re)build ``audit/report.html`` of a run from its ``audit/metrics.json``.
-
-    Without metrics.json (the audit stage did not run) the metrics are computed from the
-    stored ``judge`` and ``verify`` outputs with default settings and no families.
-    """
-    from pipeline.store import RunStore
-
-    run_dir = Path(run_dir)
-    path = run_dir / "audit" / "metrics.json"
-    if path.is_file():
-        metrics = json.loads(path.read_text(encoding="utf-8"))
-    else:
-        store = RunStore(run_dir)
-        rows = build_audit_rows(store.stage("judge").read().to_pandas(),
-                                store.stage("verify").read().to_pandas())
-        metrics = audit_table(rows)
-    return write_report(run_dir / "audit", metrics, _read_ratings(run_dir), run_funnel(run_dir))
-
-
 def audit_file(path: Path, out_dir: Path) -> Path:
     """Audit a user's table (Parquet, CSV or JSON lines) into ``out_dir``; returns report.html."""
     path = Path(path)
@@ -284,8 +247,15 @@ def audit_file(path: Path, out_dir: Path) -> Path:
     return write_report(out_dir, audit_table(table))
 
 
+RATINGS_ARTIFACT = "rate/ratings.parquet"
+
 STAGE = StageSpec(
     name="audit", config=AuditConfig, run=run, source="verify", sharded=False,
-    needs=("judge", "rate"), inputs=("instruction_id", "model", "status"),
+    reads={"judge": ("instruction_id", "model_a", "model_b", "judge", "order", "verdict",
+                     "score_a", "score_b"),
+           "difficulty": ("instruction_id", "difficulty"),
+           "rate": ("instruction_id", "model", "winner")},
+    optional=("difficulty",), artifacts=(RATINGS_ARTIFACT,),
+    inputs=("instruction_id", "model", "status"),
     outputs=("judge_score", "gate_admitted"),
 )

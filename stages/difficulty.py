@@ -251,4 +251,5 @@ def run(table: pa.Table, cfg: DifficultyConfig, ctx) -> StageResult:
 
 STAGE = StageSpec(name="difficulty", config=DifficultyConfig, run=run, source="clean",
                   uses_models=True, inputs=("instruction_id", "instruction"),
+                  prompts=("difficulty_*.txt",),
                   outputs=("difficulty_votes", "difficulty", "difficulty_n_valid", "task_prob"))

@@ -227,22 +227,10 @@ def split_sizes(files: Mapping[str, pa.Table]) -> dict[str, int]:
     return sizes
 
 
-def read_funnel(run_dir: Path) -> list[dict[str, Any]]:
-    """Rows in/out and drops by reason of the stages completed so far, from ``manifest.json``.
-
-    A missing or unreadable manifest gives an empty funnel (the card then says less) rather
-    than made-up numbers.
-    """
-    from stages import PIPELINE
-
-    try:
-        stages = json.loads((run_dir / "manifest.json").read_text()).get("stages", {})
-    except (OSError, json.JSONDecodeError) as err:
-        log.warning("emit: no funnel for the card, manifest unreadable: %s", err)
-        return []
-    return [{"stage": name, "rows_in": stages[name].get("rows_in"),
-             "kept": stages[name].get("rows_out"), "dropped": stages[name].get("dropped", {})}
-            for name in PIPELINE if name in stages and stages[name].get("status") == "complete"]
+def card_funnel(funnel: Any) -> list[dict[str, Any]]:
+    """The card's funnel rows (``stage, rows_in, kept, dropped``) from the run's ``Funnel``."""
+    return [{"stage": s.stage, "rows_in": s.rows_in, "kept": s.rows_out,
+             "dropped": dict(s.dropped)} for s in funnel]
 
 
 def _fill_from(table: pa.Table, ctx: StageContext, stage: str, column: str) -> pa.Table:
@@ -284,15 +272,6 @@ def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array]:
             keep.append(False)
             reasons.append("no_tests" if st == "no_tests" else "failed_execution")
     return pa.array(keep, pa.bool_()), pa.array(reasons, pa.string())
-
-
-def _remove_stale_shards(folder: Path, keep: set[str]) -> None:
-    # A rerun with fewer rows writes fewer shards; an old "-of-00003" file left beside the new
-    # ones would be read twice by every `train-*.parquet` glob. The runner has no API to
-    # replace a directory of artifacts, so the stage removes what it no longer writes.
-    for path in folder.glob("*-of-*.parquet"):
-        if path.name not in keep:
-            path.unlink()
 
 
 def _with_reason(table: pa.Table, reason: str) -> pa.Table:
@@ -338,20 +317,22 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
     chosen = _fill_from(chosen, ctx, "rate", "elo")
     chosen = _fill_from(chosen, ctx, "audit", "judge_score").sort_by("instruction_id")
 
-    run_id, config_hash = ctx.run_dir.name, ctx.config.config_hash()
+    run_id, config_hash = ctx.run_id, ctx.config_hash()
     sft = build_sft_rows(chosen, system_prompt=cfg.system_prompt, run_id=run_id,
                          config_hash=config_hash)
     files = plan_files(sft, shard_rows=cfg.shard_rows, holdout_fraction=cfg.holdout_fraction,
                        seed=ctx.seed)
     for name, part in files.items():
         ctx.write_artifact(f"dataset/{name}", part)
-    _remove_stale_shards(ctx.run_dir / "dataset", keep=set(files))
+    # A rerun with fewer rows writes fewer shards; an old "-of-00003" file left beside the new
+    # ones would be read twice by every `train-*.parquet` glob.
+    ctx.remove_artifacts("dataset", "*-of-*.parquet", keep=sorted(files))
 
     info = CardInfo(
         name=cfg.dataset_name, license=cfg.license, run_id=run_id,
         config_hash=config_hash,
         files=sorted(files), split_sizes=split_sizes(files), system_prompt=cfg.system_prompt,
-        funnel=read_funnel(ctx.run_dir) + [{"stage": "emit", "rows_in": table.num_rows,
+        funnel=card_funnel(ctx.funnel()) + [{"stage": "emit", "rows_in": table.num_rows,
                                             "kept": sft.num_rows,
                                             "dropped": _reason_counts(dropped)}],
         models=_run_models(table, cfg, ctx), source_counts=_value_counts(sft, "source_model"),
@@ -373,7 +354,10 @@ def _reason_counts(dropped: pa.Table) -> dict[str, int]:
 
 STAGE = StageSpec(
     name="emit", config=EmitConfig, run=run, source="repair", sharded=False,
-    needs=("answer", "rate", "difficulty", "audit"),
+    reads={"answer": ("model",),
+           "difficulty": ("instruction_id", "difficulty", "difficulty_votes"),
+           "rate": ("instruction_id", "model", "final_score", "elo"),
+           "audit": ("instruction_id", "model", "gate_admitted", "judge_score")},
     inputs=("instruction_id", "instruction", "model", "response", "status", "selected"),
     outputs=tuple(SFT_SCHEMA.names),
 )

@@ -368,4 +368,5 @@ def run(table: pa.Table, cfg: JudgeConfig, ctx) -> StageResult:
 
 STAGE = StageSpec(name="judge", config=JudgeConfig, run=run, source="answer", uses_models=True,
                   inputs=("instruction_id", "instruction", "model", "response"),
+                  prompts=("judge_*.txt",),
                   outputs=tuple(OUTPUT_SCHEMA.names))

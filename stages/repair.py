@@ -34,6 +34,7 @@ from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from stages.test_parsing import extract_program, probe_program
 from stages.verify import (
     PASSED,
+    TRUSTED_TEST_COLUMNS,
     Verdict,
     VerifyConfig,
     execute,
@@ -244,7 +245,8 @@ def run(table: pa.Table, cfg: RepairConfig, ctx: StageContext) -> StageResult:
 
 
 STAGE = StageSpec(
-    name="repair", config=RepairConfig, run=run, source="verify", needs=("tests",),
+    name="repair", config=RepairConfig, run=run, source="verify",
+    reads={"tests": TRUSTED_TEST_COLUMNS}, prompts=("repair_*.txt",),
     uses_models=True,
     inputs=("instruction_id", "instruction", "model", "response", "code", "status",
             "tests_passed", "tests_total", "selected"),

@@ -196,4 +196,5 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
 
 STAGE = StageSpec(name="tests", config=TestGenConfig, run=run, source="answer", uses_models=True,
                   inputs=("instruction_id", "instruction", "model", "code"),
+                  prompts=("testgen_*.txt",),
                   outputs=tuple(TESTS_SCHEMA.names))

@@ -157,10 +157,13 @@ def execute(pool: Any, items: Sequence[tuple[str | None, Sequence[str]]], *, tim
     return verdicts  # type: ignore[return-value]
 
 
+TRUSTED_TEST_COLUMNS = ("instruction_id", "author", "test_idx", "test_code", "survived")
+
+
 def trusted_tests(tests: pa.Table) -> dict[str, list[str]]:
     """The surviving tests of the ``tests`` stage per instruction, ordered by author and index."""
     out: dict[str, list[str]] = defaultdict(list)
-    rows = tests.select(["instruction_id", "author", "test_idx", "test_code", "survived"])
+    rows = tests.select(list(TRUSTED_TEST_COLUMNS))
     rows = rows.to_pylist()
     rows.sort(key=lambda r: (r["instruction_id"], r["author"] or "", r["test_idx"]))
     for r in rows:
@@ -262,7 +265,9 @@ def run(table: pa.Table, cfg: VerifyConfig, ctx: StageContext) -> StageResult:
 
 
 STAGE = StageSpec(
-    name="verify", config=VerifyConfig, run=run, source="answer", needs=("tests", "rate"),
+    name="verify", config=VerifyConfig, run=run, source="answer",
+    reads={"tests": TRUSTED_TEST_COLUMNS,
+           "rate": ("instruction_id", "model", "final_score", "winner")},
     sharded=False, inputs=("instruction_id", "model", "code"),
     outputs=(*VERDICT_SCHEMA.names, *SELECTION_SCHEMA.names),
 )

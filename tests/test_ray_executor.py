@@ -12,7 +12,7 @@ def test_ray_matches_expected_rows(tmp_path, ray_local):
     funnel = run_toy(tmp_path, RayExecutor())
     out = RunStore(tmp_path).stage("filter").read().sort_by("i")
     assert out.column("i").to_pylist() == [i for i in range(60) if i % 3]
-    assert all(row["executor"] == "ray" for row in funnel)
+    assert all(row.executor == "ray" for row in funnel)
 
 
 def test_worker_killed_mid_shard_is_retried_without_duplicates(tmp_path, ray_local):
@@ -52,5 +52,5 @@ def test_free_model_worker_takes_the_next_shard(tmp_path, ray_local):
     assert [i for i, pid in pid_of_row.items() if pid == slow_pid] == list(range(10))
     assert len(set(pid_of_row.values())) == 2
     row = funnel[-1]
-    assert row["shards"] == 6 and row["workers"] == 2
-    assert 0 < row["utilization_last_attempt"] <= 1
+    assert row.shards == 6 and row.workers == 2
+    assert 0 < row.utilization_last_attempt <= 1

@@ -20,8 +20,8 @@ def test_toy_pipeline_counts_and_funnel(tmp_path):
     assert out.column("i").to_pylist() == [i for i in range(60) if i % 3]
     assert out.column("square").to_pylist() == [i * i for i in range(60) if i % 3]
     last = funnel[-1]
-    assert last["rows_in"] == 60 and last["rows_out"] == 40 and last["dropped"] == {"divisible": 20}
-    assert last["stats"]["seen"] == 60
+    assert last.rows_in == 60 and last.rows_out == 40 and last.dropped == {"divisible": 20}
+    assert last.stats["seen"] == 60
     dropped = pq.read_table(tmp_path / "dropped.parquet")
     assert set(dropped.column("reason").to_pylist()) == {"divisible"}
     assert dropped.num_rows == 20
@@ -47,8 +47,8 @@ def test_corrupt_shard_is_recomputed(tmp_path):
 def test_poisoned_row_is_dropped_and_the_rest_goes_on(tmp_path):
     funnel = run_toy(tmp_path, InlineExecutor(1), {"square": SquareConfig(poison="task number 7")},
                      shard_size=4)
-    square = {row["stage"]: row for row in funnel}["square"]
-    assert square["rows_out"] == 59 and square["dropped"] == {"error": 1}
+    square = funnel["square"]
+    assert square.rows_out == 59 and square.dropped == {"error": 1}
     dropped = pq.read_table(tmp_path / "dropped.parquet").to_pylist()
     errors = [d for d in dropped if d["reason"] == "error"]
     assert len(errors) == 1 and "poisoned row" in errors[0]["detail"]
@@ -122,14 +122,14 @@ def test_funnel_table_shows_wall_and_busy_share(tmp_path):
     from tests.toy_pipeline import run_toy
 
     funnel = run_toy(tmp_path, InlineExecutor(1))
-    square = next(r for r in funnel if r["stage"] == "square")
-    assert square["workers"] == 1 and 0 < square["utilization_last_attempt"] <= 1
+    square = funnel["square"]
+    assert square.workers == 1 and 0 < square.utilization_last_attempt <= 1
     console = Console(width=200, record=True)
     console.print(funnel_table(funnel, seconds=1.0))
     text = console.export_text()
     assert "wall s" in text and "busy" in text
-    assert f"{square['utilization_last_attempt']:.0%} of 1" in text
+    assert f"{square.utilization_last_attempt:.0%} of 1" in text
     # a rerun skips every stage and reports the attempt that computed it
     again = run_toy(tmp_path, InlineExecutor(1))
-    assert [r["utilization_last_attempt"] for r in again] == [
-        r["utilization_last_attempt"] for r in funnel]
+    assert [r.utilization_last_attempt for r in again] == [
+        r.utilization_last_attempt for r in funnel]

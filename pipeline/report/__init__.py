@@ -20,12 +20,14 @@ TEMPLATE = Path(__file__).with_name("template.html.j2")
 
 
 def normalise_funnel(funnel: Mapping | Sequence | None) -> list[dict]:
-    """Accept the run's ``stats.json`` shape or a list, return ``[{stage, rows_in, ...}]``.
+    """Accept a ``Funnel``, the run's ``stats.json`` shape or a list: ``[{stage, rows_in, ...}]``.
 
     Accepted forms: ``{stage: {"rows_in", "rows_out", "dropped": {reason: n}}}`` (the run's
     ``stats.json``), ``{stage: rows_out}``, or a list of dicts with a ``stage`` key. Stage
     order is kept as given.
     """
+    if hasattr(funnel, "as_dicts"):  # pipeline.funnel.Funnel
+        funnel = funnel.as_dicts()
     if not funnel:
         return []
     if isinstance(funnel, Mapping):
@@ -91,3 +93,28 @@ def render_report(metrics: Mapping, ratings: pd.DataFrame | None = None,
         title=title, generated=_dt.datetime.now(_dt.UTC).strftime("%Y-%m-%d %H:%M UTC"),
         m=metrics, funnel=steps, plots=figures,
         leaderboard=None if board is None else board.to_dict(orient="records"))
+
+
+def build_report(run_dir: Path) -> Path:
+    """(Re)build ``audit/report.html`` of a run from its ``audit/metrics.json``.
+
+    Without metrics.json (the audit stage did not run) the metrics are computed from the
+    stored ``judge`` and ``verify`` outputs with default settings and no families.
+    """
+    import io
+    import json
+
+    from pipeline.store import RunStore
+    from stages.audit import audit_table, build_audit_rows, write_report
+
+    store = RunStore(Path(run_dir))
+    text = store.read_artifact("audit/metrics.json")
+    if text is not None:
+        metrics = json.loads(text.decode("utf-8"))
+    else:
+        rows = build_audit_rows(store.stage("judge").read().to_pandas(),
+                                store.stage("verify").read().to_pandas())
+        metrics = audit_table(rows)
+    ratings = store.read_artifact("rate/ratings.parquet")
+    ratings = pd.read_parquet(io.BytesIO(ratings)) if ratings is not None else None
+    return write_report(store.root / "audit", metrics, ratings, store.funnel())

@@ -16,7 +16,8 @@ from pipeline.runner import run_stages
 from pipeline.stage import StageConfig, StageSpec
 from pipeline.store import RunStore
 from stages.audit import STAGE as AUDIT
-from stages.audit import AuditConfig, build_report
+from pipeline.report import build_report
+from stages.audit import AuditConfig
 from stages.rate import STAGE as RATE
 from stages.rate import RateConfig
 
@@ -50,9 +51,9 @@ def test_rate_and_audit_in_a_real_run(tmp_path):
     funnel = run_stages(specs, cfgs, RunContext(tmp_path, config, threads=1), store,
                         InlineExecutor(1), 1000, show_progress=False)
 
-    assert [f["stage"] for f in funnel] == ["answer", "judge", "verify", "rate", "audit"]
-    assert funnel[3]["rows_out"] == len(answer) and funnel[4]["rows_out"] == len(verify)
-    assert funnel[3]["stats"]["battles_order_flip"] == 120  # the position-biased judge
+    assert funnel.names() == ["answer", "judge", "verify", "rate", "audit"]
+    assert funnel[3].rows_out == len(answer) and funnel[4].rows_out == len(verify)
+    assert funnel[3].stats["battles_order_flip"] == 120  # the position-biased judge
     assert (tmp_path / "rate" / "leaderboard.md").is_file()
     metrics = json.loads((tmp_path / "audit" / "metrics.json").read_text())
     html = (tmp_path / "audit" / "report.html").read_text()

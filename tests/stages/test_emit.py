@@ -15,6 +15,7 @@ from pipeline.textnorm import instruction_id
 from stages.dataset_card import hf_features, license_of
 from stages.emit import (
     SFT_SCHEMA,
+    STAGE as EMIT,
     EmitConfig,
     build_sft_rows,
     holdout_mask,
@@ -141,10 +142,21 @@ class _Ctx:
 
     def __init__(self, run_dir: Path, tables: dict[str, pa.Table], seed: int = 0):
         self.run_dir, self.tables, self.seed = run_dir, tables, seed
-        self.config = type("Cfg", (), {"config_hash": lambda self: "cfg123"})()
+        self.run_id = run_dir.name
+
+    def config_hash(self):
+        return "cfg123"
+
+    def funnel(self):
+        return RunStore(self.run_dir).funnel()
+
+    def remove_artifacts(self, folder, pattern, keep):
+        return RunStore(self.run_dir).remove_artifacts(folder, pattern, keep)
 
     def read(self, stage, columns=None, instruction_ids=None):
-        table = self.tables[stage]
+        # what the runner's context serves: the declared columns (those the table has)
+        declared = [c for c in EMIT.reads[stage] if c in self.tables[stage].column_names]
+        table = self.tables[stage].select(declared)
         if instruction_ids is not None:
             import pyarrow.compute as pc
 
@@ -185,9 +197,9 @@ def test_stage_writes_dataset_and_card_and_counts_drops(tmp_path):
         "difficulty_votes": [[{"judge": "gemma-3-270m", "score": 5}]] * 4})
     answer = verify.select(["instruction_id", "model"])
     rate = pa.table({"instruction_id": ids, "final_score": [0.1, 0.2, 0.3, 0.4]})
-    (tmp_path / "manifest.json").write_text(json.dumps({"stages": {
-        "mine": {"status": "complete", "rows_in": 10, "rows_out": 8, "dropped": {"empty": 2}},
-        "verify": {"status": "complete", "rows_in": 8, "rows_out": 8, "dropped": {}}}}))
+    store = RunStore(tmp_path)
+    store.stage("mine").mark_success({"rows_in": 10, "rows_out": 8, "dropped": {"empty": 2}})
+    store.stage("verify").mark_success({"rows_in": 8, "rows_out": 8, "dropped": {}})
     ctx = _Ctx(tmp_path, {"difficulty": difficulty, "answer": answer, "rate": rate,
                           "audit": _audit_table(verify)}, seed=1)
     cfg = EmitConfig(system_prompt="Be brief.", extra_models=("all-MiniLM-L6-v2",),
