@@ -17,8 +17,10 @@ Battle outcome per (instruction, pair, judge), see ``resolve_battles``:
 
 Output columns added: ``n_battles, local_share, elo_expectation, final_score, winner, margin,
 elo`` (``elo`` is the model's Bradley-Terry rating). Rows of instructions without any battle
-keep nulls. Artifacts: ``rate/ratings.parquet`` (one row per model), ``rate/battles.parquet``
-(the resolved battles) and ``rate/leaderboard.md``.
+keep nulls. Artifacts: ``rate/ratings.parquet`` (one row per model, with the table-wide
+``n_bootstrap`` and ``n_failed_bootstrap``), ``rate/battles.parquet`` (the resolved battles)
+and ``rate/leaderboard.md``. A bootstrap refit that fails never fails the stage: it is counted
+in the stats (``n_failed_bootstrap``) and under the leaderboard.
 """
 
 from __future__ import annotations
@@ -164,7 +166,25 @@ def leaderboard_markdown(ratings: pd.DataFrame) -> str:
                      f"[{num(r.ci_low, '.0f')}, {num(r.ci_high, '.0f')}] | "
                      f"{num(r.sequential_elo, '.1f')} | {r.battles} | {num(r.win_rate, '.3f')} | "
                      f"{num(r.first_position_win_rate, '.3f')} |")
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + interval_note(ratings)
+
+
+def interval_note(ratings: pd.DataFrame) -> str:
+    """One line under the leaderboard: where the intervals come from and how many refits failed.
+
+    >>> interval_note(pd.DataFrame({"n_bootstrap": [200], "n_failed_bootstrap": [0]}))
+    '\\n95% CI: percentile bootstrap, 200 of 200 refits gave ratings.\\n'
+    """
+    if ratings.empty:
+        return ""
+    n, failed = int(ratings["n_bootstrap"].iloc[0]), int(ratings["n_failed_bootstrap"].iloc[0])
+    if n == 0:
+        return "\nNo intervals: `rate.n_bootstrap` is 0.\n"
+    note = f"\n95% CI: percentile bootstrap, {n - failed} of {n} refits gave ratings"
+    if failed:
+        note += (f" ({failed} failed: the resample dropped a model, split the battle graph or "
+                 "left a model that never loses or never wins; n/a where more than 2.5% failed)")
+    return note + ".\n"
 
 
 def _append_scores(table: pa.Table, scores: pd.DataFrame, elo: dict[str, float]) -> pa.Table:
@@ -223,10 +243,13 @@ def run(table: pa.Table, cfg: RateConfig, ctx: StageContext) -> StageResult:
     ctx.write_artifact("rate/battles.parquet", pa.Table.from_pandas(battles, preserve_index=False))
     ctx.write_artifact("rate/leaderboard.md", leaderboard_markdown(ratings))
     instructions = set(table.column("instruction_id").to_pylist())
+    n_failed = int(bt["n_failed_bootstrap"].iloc[0]) if len(bt) else 0
     stats = {**counts, "battles_rated": len(battles), "models_rated": len(bt),
              "instructions": len(instructions),
-             "instructions_without_battles": len(instructions - set(scores["instruction_id"]))}
-    log.info("rate: %d battles, %d models; %s", len(battles), len(bt), counts)
+             "instructions_without_battles": len(instructions - set(scores["instruction_id"])),
+             "n_failed_bootstrap": n_failed}
+    log.info("rate: %d battles, %d models, %d of %d bootstrap refits failed; %s", len(battles),
+             len(bt), n_failed, cfg.n_bootstrap, counts)
     return StageResult(table=out, stats={k: float(v) for k, v in stats.items()})
 
 

@@ -9,7 +9,8 @@ and ``winner`` (``"a"``, ``"b"`` or ``"tie"``); a tie counts as half a win for e
   result depends on the order of the battles.
 * ``bradley_terry`` is order-free: the maximum-likelihood Bradley-Terry fit (a logistic
   regression without intercept on +-1 design rows) on the Elo scale, with percentile-bootstrap
-  95% intervals.
+  95% intervals. It converges on any table (damped Newton on the per-battle objective); a
+  bootstrap refit that yields no rating is counted (``n_failed_bootstrap``), never raised.
 * ``score_instructions`` turns ratings and one instruction's battles into the paper's
   ``final_score = alpha * elo_expectation + (1 - alpha) * local_share`` and picks a winner.
 """
@@ -18,7 +19,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -29,8 +30,9 @@ log = logging.getLogger(__name__)
 WINNERS = ("a", "b", "tie")
 ELO_SCALE = 400.0 / math.log(10.0)  # one unit of BT log-odds in Elo points
 ANCHOR_RATING = 1000.0
+DEFAULT_L2 = 1e-6  # ridge on the summed log-likelihood: finite ratings for separated tables
 RATING_COLUMNS = ("model", "rating", "ci_low", "ci_high", "battles", "wins", "ties", "losses",
-                  "win_rate")
+                  "win_rate", "n_bootstrap", "n_failed_bootstrap")
 
 
 def first_bad(df: pd.DataFrame, bad, column: str) -> tuple[int, object]:
@@ -135,8 +137,20 @@ def sequential_elo(battles: pd.DataFrame | pa.Table, k: float = 40.0, initial: f
             .sort_values(["rating", "model"], ascending=[False, True], ignore_index=True))
 
 
-def _pair_design(df: pd.DataFrame, models: list[str]):
-    """Map battles to unordered pairs (i < j) and the score of i in each battle."""
+_POINTS_LO = np.array([0.0, 0.5, 1.0])  # points of pairs[:, 0] in a battle it lost, tied, won
+_ROUNDOFF = 1e-14  # slack of the line search's decrease test, relative to the objective
+
+
+class ConvergenceError(RuntimeError):
+    """The Bradley-Terry Newton iteration did not reach its tolerance."""
+
+
+def _pair_design(df: pd.DataFrame, models: list[str]) -> tuple[np.ndarray, np.ndarray]:
+    """Unordered pairs (i < j) and, per pair, the battles pairs[:, 0] lost, tied and won.
+
+    Returns:
+        ``(pairs, counts)``: int array (P, 2) and int array (P, 3).
+    """
     index = {m: n for n, m in enumerate(models)}
     ia = df["model_a"].map(index).to_numpy()
     ib = df["model_b"].map(index).to_numpy()
@@ -144,120 +158,250 @@ def _pair_design(df: pd.DataFrame, models: list[str]):
     lo, hi = np.minimum(ia, ib), np.maximum(ia, ib)
     s_lo = np.where(ia < ib, s_a, 1.0 - s_a)
     pairs, pair_of_battle = np.unique(np.stack([lo, hi], axis=1), axis=0, return_inverse=True)
-    return pairs, pair_of_battle.reshape(-1), s_lo
+    cell = pair_of_battle.reshape(-1) * 3 + np.rint(2.0 * s_lo).astype(int)
+    return pairs, np.bincount(cell, minlength=3 * len(pairs)).reshape(-1, 3)
+
+
+def _points(counts: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Points won by pairs[:, 0] and by pairs[:, 1] from (lost, tied, won) counts."""
+    return counts @ _POINTS_LO, counts @ _POINTS_LO[::-1]
+
+
+def _graph_parts(pairs: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray,
+                 n_models: int) -> tuple[int, int]:
+    """Weakly and strongly connected parts of the "scored against" graph (i -> j: i took
+    points from j). Models without battles are parts of their own.
+
+    The unpenalised MLE is finite exactly when the two counts agree: within every part of the
+    battle graph each group of models both takes and concedes points against the rest
+    (Zermelo 1929, Ford 1957). A model that never loses, or one that never wins nor ties,
+    breaks that.
+    """
+    from scipy.sparse import coo_matrix  # scipy stays out of module import (stage listing)
+    from scipy.sparse.csgraph import connected_components
+
+    src = np.concatenate([pairs[w_lo > 0, 0], pairs[w_hi > 0, 1]])
+    dst = np.concatenate([pairs[w_lo > 0, 1], pairs[w_hi > 0, 0]])
+    graph = coo_matrix((np.ones(len(src)), (src, dst)), shape=(n_models, n_models))
+    return (connected_components(graph, connection="weak")[0],
+            connected_components(graph, connection="strong")[0])
 
 
 def _fit_pairs(pairs: np.ndarray, w_lo: np.ndarray, w_hi: np.ndarray, n_models: int,
-               l2: float, x0: np.ndarray | None = None) -> np.ndarray:
+               l2: float, x0: np.ndarray | None = None, max_iter: int = 500,
+               xtol: float = 1e-10) -> np.ndarray:
     """BT log-strengths from aggregated pair outcomes (``w_lo``: points won by pairs[:, 0]).
 
-    Minimises ``-sum[w_lo log s(b_i - b_j) + w_hi log s(b_j - b_i)] + l2/2 |b|^2``, the same
-    objective as sklearn's ``LogisticRegression(fit_intercept=False, C=1/l2)`` on one +-1 row
-    per battle (ties duplicated with weight 0.5). Hand-written on pair counts because a
-    bootstrap refits hundreds of times and the pair table has K(K-1)/2 rows instead of one
-    row per battle.
+    Minimises ``(-sum[w_lo log s(b_i - b_j) + w_hi log s(b_j - b_i)] + l2/2 |b|^2) / N``
+    (N: the number of battles), the same minimiser as sklearn's
+    ``LogisticRegression(fit_intercept=False, C=1/l2)`` on one +-1 row per battle (ties
+    duplicated with weight 0.5). Hand-written on pair counts because a bootstrap refits
+    hundreds of times and the pair table has K(K-1)/2 rows instead of one row per battle.
+
+    The solver is Newton's method with a backtracking line search. The problem is convex with
+    a K x K Hessian (K models, a handful), so Newton reaches machine precision in a few steps
+    from any start. Dividing by N keeps every tolerance independent of the table's size: the
+    summed objective of 40k lopsided battles is large enough that scipy's trust-exact with an
+    absolute gtol stalled on rounding. A common shift of all strengths leaves the likelihood
+    unchanged, so the iterate is held at mean zero, where the ridge optimum lies anyway, and
+    the Newton system is solved on that subspace (nonsingular without a ridge too). When one
+    model never loses the MLE is infinite; the ridge then holds it finite and Newton walks
+    there in steps of about one logit. Stops when the Newton step is below ``xtol`` logits or
+    the predicted decrease is below rounding.
+
+    Returns:
+        Strengths, mean zero over the models with battles; NaN for models without any.
+
+    Raises:
+        ConvergenceError: no convergence within ``max_iter`` steps, or a stalled line search.
     """
-    from scipy import optimize  # scipy imports stay out of module import (stage listing)
-
-    i, j = pairs[:, 0], pairs[:, 1]
     total = w_lo + w_hi
-    flat = [i * n_models + i, j * n_models + j, i * n_models + j, j * n_models + i]
+    weight = np.bincount(pairs[:, 0], total, n_models) + np.bincount(pairs[:, 1], total, n_models)
+    present = weight > 0
+    beta_out = np.full(n_models, np.nan)
+    k = int(present.sum())
+    if k == 0:
+        return beta_out
+    n_total = total.sum()
+    remap = np.cumsum(present) - 1
+    used = total > 0
+    i, j = remap[pairs[used, 0]], remap[pairs[used, 1]]
+    w_lo, w_hi, total = w_lo[used] / n_total, w_hi[used] / n_total, total[used] / n_total
+    lam = l2 / n_total
+    flat = [i * k + i, j * k + j, i * k + j, j * k + i]
+    gauge = np.full((k, k), 1.0 / k)  # adds the shift direction the likelihood cannot see
 
-    def objective(beta):
-        d = beta[i] - beta[j]
+    def value(b):
+        d = b[i] - b[j]
         # -log s(d) = logaddexp(0, -d); stable for large |d|
         nll = np.sum(w_lo * np.logaddexp(0.0, -d) + w_hi * np.logaddexp(0.0, d))
-        g_d = total * (0.5 * (1.0 + np.tanh(0.5 * d))) - w_lo  # d nll / d d
-        grad = np.bincount(i, g_d, n_models) - np.bincount(j, g_d, n_models)
-        return nll + 0.5 * l2 * beta @ beta, grad + l2 * beta
+        return nll + 0.5 * lam * b @ b
 
-    def hessian(beta):
-        p = 0.5 * (1.0 + np.tanh(0.5 * (beta[i] - beta[j])))
+    beta = np.zeros(k) if x0 is None else np.nan_to_num(np.asarray(x0, float)[present])
+    beta = beta - beta.mean()
+    f = value(beta)
+    for _ in range(max_iter):
+        p = 0.5 * (1.0 + np.tanh(0.5 * (beta[i] - beta[j])))  # P(i beats j)
+        g_d = total * p - w_lo
+        grad = np.bincount(i, g_d, k) - np.bincount(j, g_d, k) + lam * beta
         c = total * p * (1.0 - p)
-        h = sum(np.bincount(f, sign * c, n_models * n_models)
-                for f, sign in zip(flat, (1.0, 1.0, -1.0, -1.0)))
-        return h.reshape(n_models, n_models) + l2 * np.eye(n_models)
-
-    # trust-exact (Newton with a trust region) converges in a handful of steps here and,
-    # unlike plain Newton, copes with the singular Hessian of the unpenalised problem
-    start = np.zeros(n_models) if x0 is None else x0
-    res = optimize.minimize(objective, start, jac=True, hess=hessian, method="trust-exact",
-                            options={"gtol": 1e-8, "maxiter": 1000})
-    if not res.success and np.max(np.abs(res.jac)) > 1e-5:
-        raise RuntimeError(f"Bradley-Terry fit did not converge: {res.message}")
-    return res.x
+        hess = sum(np.bincount(idx, sign * c, k * k)
+                   for idx, sign in zip(flat, (1.0, 1.0, -1.0, -1.0))).reshape(k, k)
+        step = np.linalg.lstsq(hess + lam * np.eye(k) + gauge, grad.mean() - grad,
+                               rcond=None)[0]
+        decrease = -(grad @ step)  # the Newton decrement squared
+        if np.max(np.abs(step)) <= xtol or decrease <= 1e-20:
+            beta_out[present] = beta + step
+            return beta_out
+        t = 1.0
+        while True:
+            trial = beta + t * step
+            f_trial = value(trial)
+            if f_trial <= f - 0.25 * t * decrease + _ROUNDOFF * (1.0 + abs(f)):
+                break
+            t *= 0.5
+            if t < 1e-12:
+                raise ConvergenceError("Bradley-Terry line search stalled "
+                                       f"(predicted decrease {decrease:.3g})")
+        beta, f = trial, f_trial
+    raise ConvergenceError(f"Bradley-Terry fit: no convergence in {max_iter} Newton steps")
 
 
 def _to_elo(beta: np.ndarray, anchor_index: int | None) -> np.ndarray:
-    """Elo scale, anchored at 1000 either on the mean or on one model (axis -1 = models)."""
-    ref = beta.mean(axis=-1, keepdims=True) if anchor_index is None else beta[..., [anchor_index]]
+    """Elo scale, anchored at 1000 on the mean of the rated models or on one model (axis -1 =
+    models; NaN strengths stay NaN and are left out of the mean)."""
+    if anchor_index is None:
+        rated = np.isfinite(beta)
+        ref = (np.where(rated, beta, 0.0).sum(axis=-1, keepdims=True)
+               / np.maximum(rated.sum(axis=-1, keepdims=True), 1))
+    else:
+        ref = beta[..., [anchor_index]]
     return ELO_SCALE * (beta - ref) + ANCHOR_RATING
 
 
+def _bootstrap(pairs: np.ndarray, counts: np.ndarray, l2: float, beta: np.ndarray,
+               n_bootstrap: int, seed: int) -> tuple[np.ndarray, int]:
+    """Refits on ``n_bootstrap`` resamples of the battles; rows of NaN for the failed ones.
+
+    Resampling battles with replacement is drawing the (pair, outcome) cell counts from a
+    multinomial with the observed shares, so each resample costs O(cells), not O(battles).
+    A refit fails, and is counted, when its resample splits the battle graph (drops a model or
+    cuts it in two), has no finite MLE (a model that stopped losing: its rating would be the
+    ridge's, not the data's) or the solver does not converge.
+
+    Returns:
+        ``(strengths, n_failed)``: array (n_bootstrap, K) and the count of failed refits.
+    """
+    rng = np.random.default_rng(seed)
+    n = int(counts.sum())
+    draws = rng.multinomial(n, counts.ravel() / n, size=n_bootstrap).reshape(-1, *counts.shape)
+    n_parts = _graph_parts(pairs, *_points(counts), len(beta))[0]
+    boot = np.full((n_bootstrap, len(beta)), np.nan)
+    failed = 0
+    for r, cells in enumerate(draws):
+        w_lo, w_hi = _points(cells)
+        weak, strong = _graph_parts(pairs, w_lo, w_hi, len(beta))
+        if weak != n_parts or strong != weak:
+            failed += 1
+            continue
+        try:
+            boot[r] = _fit_pairs(pairs, w_lo, w_hi, len(beta), l2, x0=beta)  # warm start
+        except (ConvergenceError, np.linalg.LinAlgError) as err:
+            log.warning("bradley_terry: bootstrap refit %d failed: %s", r, err)
+            failed += 1
+    return boot, failed
+
+
+def _percentile_interval(elo: np.ndarray, ci: tuple[float, float]) -> tuple[np.ndarray, ...]:
+    """Per model ``ci`` percentiles of the refits that gave a rating, or NaN when fewer remain
+    than the interval's narrower tail can lose (more than 2.5% of refits missing for a 95%
+    interval: the missing refits may be exactly that tail)."""
+    n_boot = len(elo)
+    tail = min(ci[0], 100.0 - ci[1]) / 100.0
+    needed = max(2, math.ceil(n_boot * (1.0 - tail) - 1e-9))
+    enough = np.isfinite(elo).sum(axis=0) >= needed
+    low, high = np.full(elo.shape[1], np.nan), np.full(elo.shape[1], np.nan)
+    if enough.any():
+        low[enough], high[enough] = np.nanpercentile(elo[:, enough], ci, axis=0)
+    return low, high
+
+
 def bradley_terry(battles: pd.DataFrame | pa.Table, n_bootstrap: int = 200, seed: int = 0,
-                  anchor: str | None = None, l2: float = 1e-6,
-                  ci: tuple[float, float] = (2.5, 97.5)) -> pd.DataFrame:
+                  anchor: str | None = None, l2: float = DEFAULT_L2,
+                  ci: tuple[float, float] = (2.5, 97.5),
+                  models: Sequence[str] = ()) -> pd.DataFrame:
     """Maximum-likelihood Bradley-Terry ratings on the Elo scale with bootstrap intervals.
 
     P(A beats B) = 1 / (1 + 10 ** ((R_B - R_A) / 400)), with ``R = 400 * beta / ln 10`` shifted
     so that the anchor sits at 1000. Ties count as half a win for each side. A tiny L2 penalty
-    (``l2``, default 1e-6) keeps the fit finite when a model wins or loses every battle (the
-    unpenalised MLE is then infinite); it is negligible otherwise.
+    (``l2``, default 1e-6, on the summed log-likelihood) keeps the fit finite when a model wins
+    or loses every battle (the unpenalised MLE is then infinite; a warning says so and the
+    gaps to that model then only mean "ahead"); it is negligible otherwise. With ``l2=0`` such
+    a table raises ``ValueError``.
 
     Anchoring: ``anchor=None`` puts the *mean* rating at 1000; ``anchor="model-id"`` fixes
     that model at exactly 1000 (its interval then has zero width and the others' intervals
     are relative to it).
 
     Intervals: ``n_bootstrap`` resamples of the battles with replacement (seeded), a refit on
-    each, and the ``ci`` percentiles (2.5 / 97.5) of each model's rating. With
+    each (warm-started from the fit), and the ``ci`` percentiles (2.5 / 97.5) of each model's
+    rating over the refits that succeeded. A refit fails when its resample drops a model,
+    splits the battle graph or has no finite MLE, or when the solver does not converge; the
+    count is the ``n_failed_bootstrap`` column. When more refits fail than the interval's tail
+    (2.5% for a 95% interval), the interval is NaN: its ends cannot be located. With
     ``n_bootstrap=0`` the interval columns are NaN.
 
     Models in different connected components of the battle graph have no common scale; that
-    is logged as a warning and their relative ratings are meaningless.
+    is logged as a warning and their relative ratings are meaningless. ``models`` lists models
+    to report even without battles (rating and interval NaN, zero battles).
+
+    >>> battles = pd.DataFrame({"model_a": ["x", "x", "x"], "model_b": ["y", "y", "y"],
+    ...                         "winner": ["a", "a", "b"]})
+    >>> bradley_terry(battles, n_bootstrap=0)["rating"].round(1).tolist()  # 400 log10(2) apart
+    [1060.2, 939.8]
 
     Returns:
-        DataFrame ``model, rating, ci_low, ci_high, battles, wins, ties, losses, win_rate``
-        sorted by rating (highest first).
+        DataFrame ``model, rating, ci_low, ci_high, battles, wins, ties, losses, win_rate,
+        n_bootstrap, n_failed_bootstrap`` sorted by rating (highest first, unrated last).
     """
     df = battle_frame(battles)
-    if df.empty:
+    battled = set(df["model_a"]) | set(df["model_b"])
+    names = sorted(battled | set(models))
+    if not names:  # no battles at all: nothing to rate, whatever the anchor
         return pd.DataFrame({c: pd.Series(dtype=object if c == "model" else float)
                              for c in RATING_COLUMNS})
-    models = sorted(set(df["model_a"]) | set(df["model_b"]))
-    if anchor is not None and anchor not in models:
+    if anchor is not None and anchor not in battled:
         raise ValueError(f"bradley_terry: anchor model {anchor!r} has no battles "
-                         f"(models: {models})")
-    anchor_index = None if anchor is None else models.index(anchor)
-    from scipy.sparse import coo_matrix
-    from scipy.sparse.csgraph import connected_components
-
-    pairs, pair_of_battle, s_lo = _pair_design(df, models)
-    n_components, _ = connected_components(
-        coo_matrix((np.ones(len(pairs)), (pairs[:, 0], pairs[:, 1])),
-                   shape=(len(models), len(models))), directed=False)
-    if n_components > 1:
+                         f"(models: {sorted(battled)})")
+    anchor_index = None if anchor is None else names.index(anchor)
+    pairs, counts = _pair_design(df, names)
+    w_lo, w_hi = _points(counts)
+    weak, strong = _graph_parts(pairs, w_lo, w_hi, len(names))
+    unbattled = len(names) - len(battled)
+    if weak - unbattled > 1:
         log.warning("bradley_terry: battle graph has %d disconnected components; ratings "
-                    "across components are not comparable", n_components)
-
-    def fit(weights: np.ndarray | None, x0=None) -> np.ndarray:
-        w = np.ones(len(df)) if weights is None else weights
-        w_lo = np.bincount(pair_of_battle, w * s_lo, len(pairs))
-        w_hi = np.bincount(pair_of_battle, w * (1.0 - s_lo), len(pairs))
-        return _fit_pairs(pairs, w_lo, w_hi, len(models), l2, x0)
-
-    beta = fit(None)
-    rating = _to_elo(beta, anchor_index)
-    ci_low = ci_high = np.full(len(models), np.nan)
-    if n_bootstrap > 0:
-        rng = np.random.default_rng(seed)
-        boot = np.empty((n_bootstrap, len(models)))
-        for r in range(n_bootstrap):
-            counts = rng.multinomial(len(df), np.full(len(df), 1.0 / len(df)))
-            boot[r] = fit(counts.astype(float), beta)
-        ci_low, ci_high = np.percentile(_to_elo(boot, anchor_index), ci, axis=0)
-    out = pd.DataFrame({"model": models, "rating": rating, "ci_low": ci_low,
+                    "across components are not comparable", weak - unbattled)
+    if strong != weak:
+        if l2 <= 0:
+            raise ValueError("bradley_terry: no finite maximum-likelihood ratings (a model, or "
+                             "a group of models, never loses or never wins); use l2 > 0")
+        log.warning("bradley_terry: a model or group never loses or never wins; its rating "
+                    "is held finite by the ridge (l2=%g) and its gap means only 'ahead'", l2)
+    beta = _fit_pairs(pairs, w_lo, w_hi, len(names), l2)
+    ci_low = ci_high = np.full(len(names), np.nan)
+    n_failed = 0
+    if n_bootstrap > 0 and len(df):
+        boot, n_failed = _bootstrap(pairs, counts, l2, beta, n_bootstrap, seed)
+        ci_low, ci_high = _percentile_interval(_to_elo(boot, anchor_index), ci)
+        if n_failed:
+            log.warning("bradley_terry: %d of %d bootstrap refits failed", n_failed, n_bootstrap)
+    out = pd.DataFrame({"model": names, "rating": _to_elo(beta, anchor_index), "ci_low": ci_low,
                         "ci_high": ci_high}).set_index("model")
-    out = out.join(battle_counts(df)).rename_axis("model").reset_index()
+    tally = battle_counts(df).reindex(names)
+    tally[["battles", "wins", "ties", "losses"]] = (
+        tally[["battles", "wins", "ties", "losses"]].fillna(0).astype(int))
+    out = out.join(tally).assign(n_bootstrap=int(n_bootstrap), n_failed_bootstrap=int(n_failed))
+    out = out.rename_axis("model").reset_index()
     return out.sort_values(["rating", "model"], ascending=[False, True], ignore_index=True)
 
 

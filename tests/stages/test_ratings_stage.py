@@ -164,3 +164,49 @@ def test_rate_stage_without_any_verdict(tmp_path):
     assert out["winner"].isna().all() and (out["n_battles"] == 0).all()
     assert result.stats["battles_unparsed"] == 1 and result.stats["models_rated"] == 0
     assert pq.read_table(tmp_path / "rate/ratings.parquet").num_rows == 0
+
+
+def pass_fail_run(tmp_path, n_instructions, pass_rates, seed=0):
+    """Experts whose answers pass with the given rates; the judge (the third expert) prefers
+    the answer that passed, in both orders, and calls a tie when both or neither pass."""
+    rng = np.random.default_rng(seed)
+    models = list(pass_rates)
+    answers, judges = [], []
+    for n in range(n_instructions):
+        iid = f"{n:064x}"
+        passed = {m: rng.random() < pass_rates[m] for m in models}
+        answers += [{"instruction_id": iid, "model": m, "response": "r"} for m in models]
+        for a, b in (("strong", "mid"), ("mid", "weak"), ("strong", "weak")):
+            judge = next(m for m in models if m not in (a, b))
+            verdict = "tie" if passed[a] == passed[b] else ("a" if passed[a] else "b")
+            judges.append((iid, a, b, judge, verdict, verdict))
+    ctx = TableContext({"judge": pa.Table.from_pandas(judge_rows(judges))}, tmp_path)
+    return pa.Table.from_pylist(answers), ctx
+
+
+def test_rate_stage_on_a_lopsided_arena_keeps_its_intervals(tmp_path):
+    # issue 21: 3,600 battles among experts right 90/70/50% of the time made a bootstrap
+    # refit raise "did not converge" and the run died in rate
+    table, ctx = pass_fail_run(tmp_path, 1200, {"strong": 0.9, "mid": 0.7, "weak": 0.5})
+    result = run(table, RateConfig(n_bootstrap=200), ctx)
+    assert result.stats["battles_rated"] == 3600 and result.stats["n_failed_bootstrap"] == 0
+    ratings = pq.read_table(tmp_path / "rate/ratings.parquet").to_pandas()
+    assert list(ratings["model"]) == ["strong", "mid", "weak"]
+    assert np.isfinite(ratings[["rating", "ci_low", "ci_high"]].to_numpy()).all()
+    assert (ratings["ci_low"] < ratings["rating"]).all()
+    assert (ratings["rating"] < ratings["ci_high"]).all()
+    assert (ratings["n_failed_bootstrap"] == 0).all() and (ratings["n_bootstrap"] == 200).all()
+    board = (tmp_path / "rate/leaderboard.md").read_text()
+    assert "n/a" not in board and "200 of 200 refits gave ratings" in board
+
+
+def test_rate_stage_reports_failed_refits_instead_of_raising(tmp_path):
+    # a weak expert that never wins nor ties: no resample can bound its gap
+    table, ctx = pass_fail_run(tmp_path, 40, {"strong": 1.0, "mid": 1.0, "weak": 0.0})
+    result = run(table, RateConfig(n_bootstrap=20), ctx)
+    assert result.stats["n_failed_bootstrap"] == 20
+    ratings = pq.read_table(tmp_path / "rate/ratings.parquet").to_pandas()
+    assert ratings["ci_low"].isna().all() and np.isfinite(ratings["rating"]).all()
+    assert list(ratings["model"])[-1] == "weak"
+    board = (tmp_path / "rate/leaderboard.md").read_text()
+    assert "[n/a, n/a]" in board and "0 of 20 refits gave ratings (20 failed" in board
