@@ -83,15 +83,14 @@ def check_chain(specs: list[StageSpec], completed: Mapping[str, Any] | set[str] 
                     f"before it nor complete in the run directory")
             if dep in by_name and position[dep] > position[spec.name]:
                 raise ContractChainError(f"stage {spec.name!r} needs {dep!r}, which runs after it")
-        wanted = [(spec.source, spec.inputs)] if spec.source else []
-        wanted += list(spec.reads.items())
-        for dep, cols in wanted:
+        wanted = [(spec.source, spec.inputs, "needs columns")] if spec.source else []
+        wanted += [(dep, cols, "reads columns") for dep, cols in spec.reads.items()]
+        for dep, cols, what in wanted:
             have = columns_of(dep)
             if have is None:
                 continue
             missing = [c for c in cols if c not in have]
             if missing:
-                what = "needs columns" if dep == spec.source else "reads columns"
                 raise ContractChainError(
                     f"stage {spec.name!r} {what} {missing} that stage {dep!r} does not provide "
                     f"(it provides {sorted(have)})")
@@ -166,7 +165,9 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
     parallelism = executor.parallelism(spec)
     shards = plan_shards(table, spec.shard_key, shard_size, spec.sharded, parallelism)
     stage_store.remove_stale(len(shards))
-    hashes = [table_hash(s) for s in shards]
+    # a shard is reusable only if made from the same rows by the same stage version (code,
+    # prompts, config): a killed attempt's shards resume, an upgraded stage's are recomputed
+    hashes = [fp.digest([fingerprint, table_hash(s)]) for s in shards]
     markers: dict[int, dict[str, Any]] = {}
     todo = []
     for i, (shard, h) in enumerate(zip(shards, hashes)):

@@ -1,0 +1,227 @@
+"""Declared stage inputs and code/prompt fingerprints, on the real stage specs and a toy pipeline."""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import textwrap
+
+import pyarrow as pa
+import pytest
+
+from pipeline.context import UndeclaredReadError
+from pipeline.executors import InlineExecutor
+from pipeline.runner import ContractChainError, check_chain, run_stages
+from pipeline.stage import StageConfig, StageSpec
+from pipeline.store import RunStore
+from stages import PIPELINE, get_stage
+from tests.toy_pipeline import GEN, GenConfig, toy_ctx
+
+
+def test_every_stage_declares_what_the_pipeline_provides():
+    check_chain([get_stage(n) for n in PIPELINE])
+
+
+def test_a_column_emit_reads_renamed_upstream_fails_before_any_stage_runs(tmp_path):
+    specs = [get_stage(n) for n in PIPELINE]
+    i = PIPELINE.index("difficulty")
+    renamed = tuple("votes" if c == "difficulty_votes" else c for c in specs[i].outputs)
+    specs[i] = dataclasses.replace(specs[i], outputs=renamed)
+    with pytest.raises(ContractChainError,
+                       match=r"stage 'emit' reads columns \['difficulty_votes'\] that stage "
+                             r"'difficulty'"):
+        check_chain(specs)
+    store = RunStore(tmp_path)
+    store.open("x", "x: 1\n")
+    with pytest.raises(ContractChainError, match="'emit'.*difficulty_votes"):
+        # the real mine stage would call a model first: nothing may run at all
+        run_stages(specs, {}, toy_ctx(tmp_path), store, InlineExecutor(1), 8, show_progress=False)
+    assert not (tmp_path / "stages").exists()
+
+
+def test_a_stage_complete_on_disk_is_checked_against_its_stored_columns(tmp_path):
+    store = RunStore(tmp_path)
+    store.open("x", "x: 1\n")
+    run_stages([GEN], {"gen": GenConfig(n=4)}, toy_ctx(tmp_path), store, InlineExecutor(1), 8,
+               show_progress=False)
+    reader = StageSpec(name="reader", config=GenConfig, run=lambda t, c, x: t, source="gen",
+                       reads={"gen": ("instruction_id", "nope")})
+    with pytest.raises(ContractChainError, match=r"'reader' reads columns \['nope'\].*'gen'"):
+        check_chain([reader], store.completed(), store)
+
+
+class _Cfg(StageConfig):
+    pass
+
+
+def _reading_stage(name, reads, wanted):
+    def run(table, cfg, ctx):
+        ctx.read(*wanted)
+        return table
+
+    return StageSpec(name=name, config=_Cfg, run=run, source="gen", reads=reads)
+
+
+@pytest.mark.parametrize("reads, wanted, message", [
+    ({}, ("gen",), "reads stage 'gen' without declaring it"),
+    ({"gen": ("i",)}, ("gen", ["instruction"]), r"reads columns \['instruction'\] of stage 'gen'"),
+])
+def test_an_undeclared_read_fails_loudly(tmp_path, reads, wanted, message):
+    store = RunStore(tmp_path)
+    store.open("x", "x: 1\n")
+    spec = _reading_stage("reader", reads, wanted)
+    with pytest.raises(UndeclaredReadError, match=message):
+        run_stages([GEN, spec], {"gen": GenConfig(n=2), "reader": _Cfg()}, toy_ctx(tmp_path),
+                   store, InlineExecutor(1), 8, show_progress=False)
+
+
+def test_a_declared_read_gets_only_the_declared_columns(tmp_path):
+    seen = {}
+
+    def run(table, cfg, ctx):
+        seen["columns"] = ctx.read("gen").column_names
+        return table
+
+    spec = StageSpec(name="reader", config=_Cfg, run=run, source="gen", reads={"gen": ("i",)})
+    store = RunStore(tmp_path)
+    store.open("x", "x: 1\n")
+    run_stages([GEN, spec], {"gen": GenConfig(n=2), "reader": _Cfg()}, toy_ctx(tmp_path), store,
+               InlineExecutor(1), 8, show_progress=False)
+    assert seen["columns"] == ["i"]
+
+
+# -- resume that knows the code and the prompts ---------------------------------------------
+
+TOY_STAGES = '''
+import pyarrow as pa
+from pipeline.stage import StageConfig, StageSpec
+from {pkg}.helper import SUFFIX
+
+
+class Cfg(StageConfig):
+    pass
+
+
+def fill(table, cfg, ctx):
+    template = open({prompt!r}).read().strip()
+    texts = [template.format(x=t) for t in table.column("instruction").to_pylist()]
+    return table.append_column("filled", pa.array(texts))
+
+
+def after(table, cfg, ctx):
+    return table.append_column("after", pa.array([t + SUFFIX for t in
+                                                  table.column("filled").to_pylist()]))
+
+
+def side(table, cfg, ctx):
+    return table.append_column("side", pa.array([1] * table.num_rows))
+
+
+FILL = StageSpec(name="fill", config=Cfg, run=fill, source="gen", prompts=({prompt!r},),
+                 outputs=("filled",))
+AFTER = StageSpec(name="after", config=Cfg, run=after, source="fill", outputs=("after",))
+SIDE = StageSpec(name="side", config=Cfg, run=side, source="gen", outputs=("side",))
+'''
+
+
+@pytest.fixture
+def toy_package(tmp_path, monkeypatch):
+    """A package of three toy stages (``fill`` fills a prompt file; ``after`` follows it and
+    imports a helper module; ``side`` reads only ``gen``), importable from tmp_path."""
+    pkg = tmp_path / "code" / "toystages"
+    pkg.mkdir(parents=True)
+    prompt = tmp_path / "prompts" / "toy_fill.txt"
+    prompt.parent.mkdir()
+    prompt.write_text("Do: {x}\n")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "helper.py").write_text("SUFFIX = '!'\n")
+    (pkg / "specs.py").write_text(TOY_STAGES.format(pkg="toystages", prompt=str(prompt)))
+    monkeypatch.syspath_prepend(str(tmp_path / "code"))
+    yield pkg, prompt
+    for name in [m for m in sys.modules if m.startswith("toystages")]:
+        del sys.modules[name]
+
+
+def _run_toys(run_dir):
+    import importlib
+
+    from pipeline import fingerprint
+
+    fingerprint.code_digests.cache_clear()  # a new process would read the files afresh
+    specs = importlib.import_module("toystages.specs")
+    store = RunStore(run_dir)
+    store.open("toy", "toy: 1\n")
+    cfg = specs.Cfg()
+    funnel = run_stages([GEN, specs.FILL, specs.AFTER, specs.SIDE],
+                        {"gen": GenConfig(n=4), "fill": cfg, "after": cfg, "side": cfg},
+                        toy_ctx(run_dir), store, InlineExecutor(1), 2, show_progress=False)
+    return {s.stage: s.recomputed for s in funnel}, store
+
+
+def test_changing_a_prompt_recomputes_its_stage_and_what_follows_only(tmp_path, toy_package):
+    _, prompt = toy_package
+    first, _ = _run_toys(tmp_path / "run")
+    assert first == dict.fromkeys(["gen", "fill", "after", "side"], "not complete")
+    again, _ = _run_toys(tmp_path / "run")
+    assert again == dict.fromkeys(["gen", "fill", "after", "side"])  # all skipped
+
+    prompt.write_text("Please do: {x}\n")
+    changed, store = _run_toys(tmp_path / "run")
+    assert changed["gen"] is None and changed["side"] is None
+    assert changed["fill"] == "prompt changed: " + str(prompt)
+    assert changed["after"] == "input changed: fill"
+    assert store.stage("after").read().column("after").to_pylist()[0].startswith("Please do: ")
+
+
+def test_changing_imported_code_recomputes_the_stage_that_imports_it(tmp_path, toy_package):
+    pkg, _ = toy_package
+    _run_toys(tmp_path / "run")
+    (pkg / "helper.py").write_text("SUFFIX = '?'\n")
+    for name in [m for m in sys.modules if m.startswith("toystages")]:
+        del sys.modules[name]
+    changed, store = _run_toys(tmp_path / "run")
+    # every toy stage lives in specs.py, which imports helper.py: all three recompute; gen
+    # (tests/toy_pipeline.py) does not
+    assert changed["gen"] is None
+    assert changed["fill"] == changed["side"] == f"code changed: {pkg / 'helper.py'}"
+    assert changed["after"].startswith(f"code changed: {pkg / 'helper.py'}")
+    assert store.stage("after").read().column("after").to_pylist()[0].endswith("?")
+
+
+def test_real_stages_hash_the_prompts_they_fill():
+    from pipeline.fingerprint import prompt_digests
+
+    assert "judge_pointwise_logprob.txt" in prompt_digests(get_stage("judge").prompts)
+    assert set(prompt_digests(get_stage("repair").prompts)) == {"repair_feedback.txt",
+                                                                 "repair_system.txt"}
+    assert "testgen_user.txt" in prompt_digests(get_stage("tests").prompts)
+
+
+def test_code_digests_follow_imports_but_not_the_runner():
+    from pipeline.fingerprint import code_digests
+
+    judge = code_digests("stages.judge")
+    assert "stages/judge.py" in judge and "stages/judge_protocols.py" in judge
+    assert not any(p in judge for p in ("pipeline/runner.py", "pipeline/store.py",
+                                        "pipeline/stage.py"))
+    assert "stages/judge.py" not in code_digests("stages.clean")
+
+
+def test_missing_prompt_template_is_an_error():
+    from pipeline.fingerprint import prompt_digests
+
+    with pytest.raises(FileNotFoundError, match="nope_"):
+        prompt_digests(["nope_*.txt"])
+
+
+def test_table_hash_does_not_depend_on_chunking():
+    from pipeline.store import table_hash
+
+    one = pa.table({"a": list(range(10_000)), "b": [str(i) for i in range(10_000)]})
+    chunked = pa.concat_tables([one.slice(0, 3), one.slice(3, 5000), one.slice(5003)])
+    assert table_hash(one) == table_hash(chunked)
+    assert table_hash(one) != table_hash(one.slice(1))
+
+
+def test_toy_package_text_is_valid():
+    compile(textwrap.dedent(TOY_STAGES.format(pkg="p", prompt="/x")), "<toy>", "exec")
