@@ -17,19 +17,31 @@ often keep going after the request (they answer it themselves, after two blank l
 blank lines also stop generation and cut the request. A single blank line or a code fence is
 *not* a default stop: coding requests often have several paragraphs and code blocks (Magpie's
 advice is not to stop on the first newline for code).
+
+From a file (``mine.source``, read by ``stages.instruction_source``): plan reads and checks the
+file (as config loading already did, so a bad file fails before any model is loaded) and holds
+one row per file row, its text included; run makes no model call. Such rows have the same
+``instruction_id`` as a mined request of the same text, ``template: file``, a null ``miner``
+and ``finish_reason`` (no model wrote them), ``sample_params`` holding where they came from
+(``{"source": "file", "path", "column", "row"}``), ``sample_index`` the file row and ``raw``
+the text as stored. clean then filters and dedups them like mined rows.
 """
 
 from __future__ import annotations
 
 import hashlib
 import itertools
+import json
+from pathlib import Path
 from typing import Literal
 
 import pyarrow as pa
-from pydantic import Field
+from pydantic import Field, ValidationInfo, field_validator
+from pydantic_core import PydanticCustomError
 
-from pipeline.stage import StageConfig, StageSpec
+from pipeline.stage import StageConfig, StageResult, StageSpec
 from pipeline.textnorm import instruction_id
+from stages.instruction_source import InstructionSourceError, load_instructions
 from stages.pre_query import build_pre_query
 
 # Two blank lines: where Qwen2.5-Coder-0.5B, having written the request, starts answering it
@@ -46,7 +58,7 @@ DEFAULT_SYSTEM = (
 
 
 class MineConfig(StageConfig):
-    """What to mine and how to sample it."""
+    """What to mine and how to sample it, or the file to read instructions from instead."""
 
     miners: list[str] | None = Field(default=None,
                                      description="Model ids that mine; default: the run's experts.")
@@ -65,9 +77,39 @@ class MineConfig(StageConfig):
     request_stop: list[str] = Field(
         default_factory=lambda: [REQUEST_END],
         description="The request is cut at the first of these (kept whole in 'raw').")
+    # Declared last: the check of ``source`` reads ``source_column`` and ``languages``.
+    source_column: str = Field(default="instruction", min_length=1,
+                               description="The instruction column of mine.source.")
+    source: Path | None = Field(
+        default=None,
+        description="Read instructions from this JSONL, Parquet or datasets directory instead "
+                    "of mining (no model call; the sampling fields are unused); relative to "
+                    "the cwd, like artifacts_dir, so --set mine.source=PATH works from any config.")
 
     def system_for(self, language: str) -> str | None:
         return self.system_prompt.replace("{language}", language) if self.system_prompt else None
+
+    @field_validator("source")
+    @classmethod
+    def _check_source(cls, source: Path | None, info: ValidationInfo) -> Path | None:
+        # Read the whole file now: a bad row fails config loading (exit 2), not the run.
+        if source is not None and {"source_column", "languages"} <= set(info.data):
+            try:
+                load_instructions(source, info.data["source_column"], info.data["languages"][0])
+            except InstructionSourceError as exc:  # not "Value error, ..." in the message
+                raise PydanticCustomError("instruction_source", str(exc)) from None
+        return source
+
+    def source_rows(self):
+        """The checked rows of ``source`` (``stages.instruction_source.SourceRow``); the
+        language column is optional and defaults to the first of ``languages``."""
+        return load_instructions(self.source, self.source_column, self.languages[0])
+
+    def models_used(self, experts: list[str]) -> list[str]:
+        """The model ids mining calls: none when reading ``source``, else the miners."""
+        if self.source is not None:
+            return []
+        return list(self.miners) if self.miners is not None else list(experts)
 
 
 def _base_seed(run_seed: int, miner: str, language: str) -> int:
@@ -76,16 +118,46 @@ def _base_seed(run_seed: int, miner: str, language: str) -> int:
     return int.from_bytes(digest[:4], "big") % (2 ** 31 - 2 ** 20)
 
 
+PLAN_SCHEMA = pa.schema([("task_id", pa.string()), ("miner", pa.string()),
+                         ("language", pa.string()), ("sample_index", pa.int64())])
+
+
 def plan(cfg: MineConfig, ctx) -> pa.Table:
-    """One row per (miner, language, sample index)."""
-    miners = list(cfg.miners) if cfg.miners is not None else list(ctx.config.experts)
+    """One row per (miner, language, sample index), or per row of ``cfg.source``."""
+    if cfg.source is not None:
+        rows = [{"task_id": f"file|{r.row:06d}", "miner": None, "language": r.language,
+                 "sample_index": r.row, "instruction": r.text} for r in cfg.source_rows()]
+        return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA.append(
+            pa.field("instruction", pa.string())))
+    miners = cfg.models_used(ctx.config.experts)
     if not miners:
         raise ValueError("mine.miners: no miner configured")
     rows = [{"task_id": f"{m}|{lang}|{i:06d}", "miner": m, "language": lang, "sample_index": i}
             for m in miners for lang in cfg.languages for i in range(cfg.samples_per_language)]
-    return pa.Table.from_pylist(rows, schema=pa.schema([
-        ("task_id", pa.string()), ("miner", pa.string()), ("language", pa.string()),
-        ("sample_index", pa.int64())]))
+    return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
+
+
+def file_rows(table: pa.Table, cfg: MineConfig) -> pa.Table:
+    """Mine's output for planned file rows: no model call (see the module docstring).
+
+    >>> cfg = MineConfig.model_construct(source=Path("seed.jsonl"), source_column="instruction")
+    >>> plan_rows = pa.table({"task_id": ["file|000004"], "miner": pa.array([None], pa.string()),
+    ...                       "language": ["Python"], "sample_index": [4],
+    ...                       "instruction": [" Reverse a string. "]})
+    >>> row = file_rows(plan_rows, cfg).to_pylist()[0]
+    >>> row["instruction"], row["template"], row["miner"], json.loads(row["sample_params"])["row"]
+    ('Reverse a string.', 'file', None, 4)
+    """
+    where = {"source": "file", "path": str(cfg.source), "column": cfg.source_column}
+    out = []
+    for r in table.to_pylist():
+        text = r["instruction"].strip()
+        out.append({"instruction_id": instruction_id(text), "instruction": text, "miner": None,
+                    "language": r["language"],
+                    "sample_params": json.dumps({**where, "row": r["sample_index"]}),
+                    "template": "file", "finish_reason": None, "raw": r["instruction"],
+                    "task_id": r["task_id"], "sample_index": r["sample_index"]})
+    return pa.Table.from_pylist(out, schema=MINE_SCHEMA)
 
 
 def extract_request(text: str, request_stop: list[str]) -> str:
@@ -114,8 +186,12 @@ def _runs(indices: list[int]) -> list[tuple[int, int]]:
     return out
 
 
-def run(table: pa.Table, cfg: MineConfig, ctx) -> pa.Table:
-    """Generate the planned samples of this shard (see the module docstring)."""
+def run(table: pa.Table, cfg: MineConfig, ctx) -> pa.Table | StageResult:
+    """Generate the planned samples of this shard, or pass file rows on (module docstring)."""
+    if cfg.source is not None:
+        out = file_rows(table, cfg)
+        ctx.advance(out.num_rows)
+        return StageResult(table=out, stats={"source_rows": float(out.num_rows)})
     from pipeline.backends.base import SamplingParams
 
     rows = sorted(table.to_pylist(), key=lambda r: (r["miner"], r["language"], r["sample_index"]))
