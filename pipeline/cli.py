@@ -9,7 +9,7 @@ from typing import Annotated
 
 import typer
 
-from pipeline.progress import console
+from pipeline.progress import Col, console, fit_table, stdout_console
 
 app = typer.Typer(
     help="arenaforge: mine, battle, verify and emit a code-instruction SFT dataset.\n\n"
@@ -96,22 +96,36 @@ def config_show(file: Path, set_: SetOpt = None) -> None:
     typer.echo(dump_config(_load(file, set_)))
 
 
+JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON to stdout instead of tables.")]
+
+
 @app.command()
 def inspect(run_dir: Path, stage: Annotated[str | None, typer.Argument()] = None,
-            rows: Annotated[int, typer.Option(help="Sample rows to show.")] = 3) -> None:
+            rows: Annotated[int, typer.Option(help="Sample rows to show.")] = 3,
+            json_: JsonOpt = False) -> None:
     """Show a run's funnel and leaderboard, or one stage's schema, counts and sample rows."""
     from pipeline.inspect import inspect_run
 
     try:
-        inspect_run(run_dir, stage, rows)
+        inspect_run(run_dir, stage, rows, as_json=json_)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         _fail(str(exc))
 
 
+# `arenaforge models` columns (describe_models' keys): ids and numbers whole, paths fold; a
+# narrow terminal drops sha256 first and keeps id and path.
+DEFAULT_REGISTRY = Path("configs/models.yaml")
+_MODEL_COLUMNS = (Col("id", whole=True), Col("role", True, 6), Col("backend", True, 5),
+                  Col("family", True, 2), Col("source", False, 3), Col("installed", True, 4),
+                  Col("path"), Col("size_bytes", True, 8, "right"), Col("checksum", False, 9),
+                  Col("sha256", False, 1), Col("install", False, 7))
+
+
 @app.command()
-def models(registry: Annotated[Path, typer.Option(help="Model registry.")] = Path("configs/models.yaml")) -> None:
+def models(registry: Annotated[Path, typer.Option(help="Model registry.")] = DEFAULT_REGISTRY,
+           json_: JsonOpt = False) -> None:
     """List registered models: size, path and checksum status."""
-    from rich.table import Table
+    import json
 
     from pipeline.models import describe_models, load_registry
 
@@ -119,18 +133,19 @@ def models(registry: Annotated[Path, typer.Option(help="Model registry.")] = Pat
         rows = describe_models(load_registry(registry))
     except ValueError as exc:
         _fail(str(exc))
-    table = Table(title=str(registry))
-    for col in rows[0].keys() if rows else ["id"]:
-        table.add_column(str(col))
-    for row in rows:
-        table.add_row(*[str(v) for v in row.values()])
-    console.print(table)
+    if json_:
+        typer.echo(json.dumps(rows, indent=2))
+        return
+    cells = [["-" if row[c.header] is None else str(row[c.header]) for c in _MODEL_COLUMNS]
+             for row in rows]
+    out = stdout_console()
+    out.print(fit_table(_MODEL_COLUMNS, cells, out.width, title=str(registry)))
 
 
 @app.command()
 def report(run_dir: Path) -> None:
     """(Re)build audit/report.html for a run directory."""
-    from stages.audit import build_report
+    from pipeline.report import build_report
 
     path = build_report(run_dir)
     console.print(f"report: {path}")

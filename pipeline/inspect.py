@@ -1,60 +1,139 @@
-"""``arenaforge inspect``: a run's funnel and leaderboard, or one stage's schema and rows."""
+"""``arenaforge inspect``: a run's funnel and leaderboard, or one stage's schema and rows.
+
+Printed to stdout: tables at the terminal's width (ids and numbers whole, the rest folded,
+low-value columns dropped when narrow), full rows when piped, or JSON with ``as_json``.
+"""
 
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
+from typing import Any
 
-from rich.table import Table
+from rich.json import JSON
 
-from pipeline.progress import console, funnel_table
+from pipeline.progress import Col, fit_table, funnel_table, stdout_console
 from pipeline.store import RunStore
 
+# A human view shortens string values longer than this (instructions, answers); --json does not.
+_SAMPLE_CHARS = 2000
 
-def inspect_run(run_dir: Path, stage: str | None = None, rows: int = 3) -> None:
-    """Print what a run directory holds.
+
+def inspect_run(run_dir: Path, stage: str | None = None, rows: int = 3,
+                as_json: bool = False) -> None:
+    """Print what a run directory holds, as tables or (``as_json``) as one JSON document.
 
     Raises:
         FileNotFoundError: not a run directory.
         KeyError: the stage has no complete output.
     """
+    info = run_summary(run_dir) if stage is None else stage_summary(run_dir, stage, rows)
+    out = stdout_console()
+    if as_json:
+        out.file.write(json.dumps(_jsonable(info), indent=2, default=str, ensure_ascii=False,
+                                  allow_nan=False) + "\n")
+    elif stage is None:
+        _print_summary(out, info)
+    else:
+        _print_stage(out, info)
+
+
+def run_summary(run_dir: Path) -> dict[str, Any]:
+    """The manifest's facts: stages in pipeline order, ratings and report paths when present.
+
+    Raises:
+        FileNotFoundError: not a run directory.
+    """
+    store, manifest = _open(run_dir)
+    ratings_path = store.root / "rate" / "ratings.parquet"
+    ratings = None
+    if ratings_path.is_file():
+        import pyarrow.parquet as pq
+
+        ratings = pq.read_table(ratings_path).to_pylist()
+    leaderboard = store.root / "rate" / "leaderboard.md"
+    report = store.root / "audit" / "report.html"
+    return {"run_dir": str(store.root), "config_hash": manifest.get("config_hash"),
+            "code_version": manifest.get("code_version"),
+            "stages": [{"stage": name, **info} for name, info in _in_pipeline_order(manifest)],
+            "ratings": ratings,
+            "leaderboard": str(leaderboard) if leaderboard.is_file() else None,
+            "audit_report": str(report) if report.is_file() else None}
+
+
+def stage_summary(run_dir: Path, stage: str, rows: int = 3) -> dict[str, Any]:
+    """One complete stage: row and shard counts, schema and the first ``rows`` rows.
+
+    Raises:
+        FileNotFoundError: not a run directory.
+        KeyError: the stage has no complete output.
+    """
+    store, manifest = _open(run_dir)
+    stage_store = store.stage(stage)
+    success = stage_store.success()
+    if success is None:
+        done = sorted(manifest.get("stages", {}))
+        raise KeyError(f"stage {stage!r} is not complete in {run_dir} (complete: {done})")
+    table = stage_store.read()
+    return {"stage": stage, "rows": table.num_rows, "shards": success["shards"],
+            "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
+                       for f in table.schema],
+            "sample": table.slice(0, rows).to_pylist()}
+
+
+def _open(run_dir: Path) -> tuple[RunStore, dict[str, Any]]:
     store = RunStore(run_dir)
     manifest = store.manifest()
     if not manifest:
         raise FileNotFoundError(f"{run_dir}: no manifest.json, not an arenaforge run directory")
-    if stage is None:
-        _summary(store, manifest)
-        return
-    stage_store = store.stage(stage)
-    if stage_store.success() is None:
-        done = sorted(manifest.get("stages", {}))
-        raise KeyError(f"stage {stage!r} is not complete in {run_dir} (complete: {done})")
-    table = stage_store.read()
-    console.print(f"[bold]{stage}[/bold]: {table.num_rows} rows, "
-                  f"{stage_store.success()['shards']} shards")
-    console.print(str(table.schema))
-    for row in table.slice(0, rows).to_pylist():
-        console.print_json(json.dumps(row, default=str, ensure_ascii=False)[:4000])
+    return store, manifest
 
 
-def _summary(store: RunStore, manifest: dict) -> None:
-    console.print(f"run {store.root}  config {manifest.get('config_hash')}  "
-                  f"code {manifest.get('code_version')}")
-    funnel = [{"stage": name, **info} for name, info in _in_pipeline_order(manifest)]
-    if funnel:
-        console.print(funnel_table(funnel))
-    leaderboard = store.root / "rate" / "leaderboard.md"
-    if leaderboard.is_file():
-        console.print(leaderboard.read_text())
-    report = store.root / "audit" / "report.html"
-    if report.is_file():
-        console.print(f"audit report: {report}")
-    table = Table(title="stages")
-    table.add_column("stage")
-    table.add_column("status")
-    for name, info in _in_pipeline_order(manifest):
-        table.add_row(name, info.get("status", "?"))
-    console.print(table)
+def _print_summary(out, info: dict[str, Any]) -> None:
+    # free text is soft-wrapped: the terminal wraps it, no newline splits a path or an id
+    out.print(f"run {info['run_dir']}  config {info['config_hash']}  "
+              f"code {info['code_version']}", markup=False, soft_wrap=True)
+    width = out.width
+    if info["stages"]:
+        out.print(funnel_table(info["stages"], width=width))
+    if info["leaderboard"]:
+        out.print(Path(info["leaderboard"]).read_text(), markup=False, soft_wrap=True)
+    if info["audit_report"]:
+        out.print(f"audit report: {info['audit_report']}", markup=False, soft_wrap=True)
+    out.print(fit_table([Col("stage", whole=True), Col("status", whole=True)],
+                        [[s["stage"], s.get("status", "?")] for s in info["stages"]], width,
+                        title="stages"))
+
+
+def _print_stage(out, info: dict[str, Any]) -> None:
+    out.print(f"{info['stage']}: {info['rows']} rows, {info['shards']} shards", markup=False,
+              soft_wrap=True)
+    out.print(fit_table([Col("column", whole=True), Col("type"), Col("nullable", True, 1)],
+                        [[f["name"], f["type"], str(f["nullable"])] for f in info["schema"]],
+                        out.width, title="schema"))
+    for row in info["sample"]:
+        out.print(JSON(json.dumps(_jsonable(row, _SAMPLE_CHARS), default=str,
+                                  ensure_ascii=False)), soft_wrap=True)
+
+
+def _jsonable(value: Any, max_chars: int | None = None) -> Any:
+    """NaN and infinities as ``null`` (JSON has no spelling for them); with ``max_chars``,
+    longer strings shortened with a marker saying how much is left out.
+
+    Example:
+        >>> _jsonable({"x": [float("nan"), "abcdef"]}, max_chars=3)
+        {'x': [None, 'abc... [3 more chars; --json]']}
+    """
+    if isinstance(value, float) and not math.isfinite(value):
+        return None
+    if isinstance(value, str) and max_chars is not None and len(value) > max_chars:
+        return f"{value[:max_chars]}... [{len(value) - max_chars} more chars; --json]"
+    if isinstance(value, dict):
+        return {k: _jsonable(v, max_chars) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_jsonable(v, max_chars) for v in value]
+    return value
 
 
 def _in_pipeline_order(manifest: dict) -> list[tuple[str, dict]]:

@@ -31,12 +31,23 @@ def brute_force(X: np.ndarray, k: int, first: int = 0, already=()) -> tuple[list
     return picks, radii[-k:] if already else radii[:k]
 
 
-def _assert_radii(got: np.ndarray, want) -> None:
-    """float32 radii are bitwise equal (both round the same float64 square); float64 ones
-    differ by an ulp between the dot form and the difference form."""
+def _assert_radii(got: np.ndarray, want, *, sqrt_ulps: int = 0) -> None:
+    """Radii of two arithmetic paths agree to the bound their rounding allows.
+
+    float32: each path takes a float64 squared distance (dot form through BLAS in the numpy
+    path, difference form in the reference and the torch path), rounds it to float32 and takes
+    the sqrt. The two float64 squares differ by about (d + 2) * eps64 * (|a|^2 + |c|^2), under
+    1e-12 relative (the dot form is recomputed from differences wherever cancellation could
+    cost more), far below a float32 half-ulp (6e-8): at most one float32 rounding boundary lies
+    between them, so the float32 squares differ by at most one ulp and their correctly rounded
+    square roots by at most one ulp. Which side of a boundary a square lands on depends on the
+    BLAS kernel, hence on the processor. ``sqrt_ulps`` adds the error of a sqrt that is not
+    correctly rounded (torch on CPU: one ulp). float64: the two forms differ by under 1e-12
+    relative, the same bound.
+    """
     want = np.asarray(want, dtype=got.dtype)
     if got.dtype == np.float32:
-        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_max_ulp(got, want, maxulp=1 + sqrt_ulps)
     else:
         np.testing.assert_allclose(got, want, rtol=1e-12, atol=1e-12)
 
@@ -68,7 +79,7 @@ def test_already_selected_matches_brute_force(already):
     got = kcenter_greedy_with_radii(X, 25, already_selected=already, backend="numpy")
     assert got.indices.tolist() == want
     assert not set(want) & set(already)
-    np.testing.assert_array_equal(got.radii, np.asarray(want_radii, dtype=np.float32))
+    _assert_radii(got.radii, want_radii)
 
 
 def test_matches_google_sklearn_reference():
@@ -101,7 +112,7 @@ def test_clustered_data_with_near_duplicates():
     want, want_radii = brute_force(X, 30, first=11)
     got = kcenter_greedy_with_radii(X, 30, first=11, backend="numpy")
     assert got.indices.tolist() == want
-    np.testing.assert_array_equal(got.radii, np.asarray(want_radii, dtype=np.float32))
+    _assert_radii(got.radii, want_radii)
 
 
 def test_duplicates_are_picked_after_all_distinct_points_lowest_index_first():
@@ -183,6 +194,13 @@ def test_input_is_not_modified():
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 @pytest.mark.parametrize("already", [(), (4, 9)])
 def test_torch_backend_on_cpu_matches_numpy(dtype, already):
+    """Same picks; radii within the rounding bound.
+
+    torch's CPU float32 sqrt is not correctly rounded (one ulp off for 157 of 700 values on an
+    AVX-512 AMD EPYC; its kernel depends on the processor), one ulp beyond the squares' bound.
+    The picks are exact: on this data the two farthest candidates are at least 346 float32 ulps
+    apart at every step, so a few ulps cannot reorder them.
+    """
     pytest.importorskip("torch")
     X = _points(700, 24, seed=4, dtype=dtype)
     want = kcenter_greedy_with_radii(X, 50, first=3, already_selected=already, backend="numpy")
@@ -190,7 +208,7 @@ def test_torch_backend_on_cpu_matches_numpy(dtype, already):
                                     backend="torch", device="cpu")
     assert got.indices.tolist() == want.indices.tolist()
     assert got.radii.dtype == dtype
-    _assert_radii(got.radii, want.radii)
+    _assert_radii(got.radii, want.radii, sqrt_ulps=1)
 
 
 def test_torch_backend_duplicates():
@@ -210,4 +228,4 @@ def test_torch_backend_on_cuda_matches_numpy():
     want = kcenter_greedy_with_radii(X, 200, backend="numpy")
     got = kcenter_greedy_with_radii(X, 200, backend="auto")  # auto picks CUDA
     assert got.indices.tolist() == want.indices.tolist()
-    _assert_radii(got.radii, want.radii)
+    _assert_radii(got.radii, want.radii, sqrt_ulps=1)  # the torch path's allowance, any device
