@@ -178,7 +178,8 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
             todo.append((i, shard, h))
     if progress:
         progress.start(spec.name, total=table.num_rows,
-                       done=sum(m["input_rows"] for m in markers.values()))
+                       done=sum(m["input_rows"] for m in markers.values()), shards=len(shards),
+                       shards_done=len(markers), why=recomputed if done else None)
     start = time.perf_counter()
     busy = 0.0
     for marker in executor.map_shards(spec, cfg, ctx, todo):

@@ -254,7 +254,8 @@ def run(table: pa.Table, cfg: RateConfig, ctx: StageContext) -> StageResult:
 
 
 STAGE = StageSpec(
-    name="rate", config=RateConfig, run=run, source="answer", sharded=False, needs=("judge",),
+    name="rate", config=RateConfig, run=run, source="answer", sharded=False,
+    reads={"judge": (*BATTLE_KEY, "order", "verdict")},
     inputs=("instruction_id", "model"),
     outputs=("n_battles", "local_share", "elo_expectation", "final_score", "winner", "margin",
              "elo"),

@@ -225,3 +225,32 @@ def test_table_hash_does_not_depend_on_chunking():
 
 def test_toy_package_text_is_valid():
     compile(textwrap.dedent(TOY_STAGES.format(pkg="p", prompt="/x")), "<toy>", "exec")
+
+
+def test_a_run_logged_to_a_file_prints_a_line_per_shard(tmp_path):
+    """``arenaforge run > run.log``: not a terminal, so progress comes as lines, one a shard."""
+    import subprocess
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[1]
+    code = textwrap.dedent(f"""
+        from pathlib import Path
+        from pipeline.executors import InlineExecutor
+        from pipeline.runner import run_stages
+        from pipeline.store import RunStore
+        from tests.toy_pipeline import SPECS, GenConfig, SquareConfig, FilterConfig, toy_ctx
+        run = Path({str(tmp_path / "run")!r})
+        store = RunStore(run)
+        store.open("toy", "toy: 1\\n")
+        cfgs = {{"gen": GenConfig(n=12), "square": SquareConfig(), "filter": FilterConfig()}}
+        run_stages(SPECS, cfgs, toy_ctx(run), store, InlineExecutor(1), 4)
+    """)
+    log = tmp_path / "run.log"
+    with open(log, "w") as out:
+        subprocess.run([sys.executable, "-c", code], cwd=root, stdout=out,
+                       stderr=subprocess.DEVNULL, check=True, timeout=120)
+    lines = log.read_text().splitlines()
+    shard_lines = [ln for ln in lines if "square: shard" in ln]
+    assert len(shard_lines) == 3, lines
+    assert "shard 3/3 done, rows 12/12" in shard_lines[-1] and "rows/s" in shard_lines[-1]
+    assert any("filter: complete in" in ln for ln in lines)
