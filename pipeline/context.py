@@ -79,26 +79,33 @@ class RunContext:
     """
 
     def __init__(self, run_dir: Path, config: Any, threads: int | None = None,
-                 stage: Any = None):
+                 stage: Any = None, engines: Any = None):
         self.run_dir = Path(run_dir)
         self.config = config
         self.seed = config.seed
         self.threads = threads or max(1, os.cpu_count() or 1)
         self.stage = stage  # the StageSpec this context serves (None: unrestricted, for tools)
+        self.engines = engines  # the run's engine directory on Ray (pipeline.engines), or None
         self.model_seconds = 0.0
         self.cache = {"hits": 0, "misses": 0}  # request-cache counts of this shard
         self.progress_rows = 0
 
     def __getstate__(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "config": self.config, "threads": self.threads,
-                "stage": self.stage}
+                "stage": self.stage, "engines": self.engines}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
-        self.__init__(state["run_dir"], state["config"], state["threads"], state.get("stage"))
+        self.__init__(state["run_dir"], state["config"], state["threads"], state.get("stage"),
+                      state.get("engines"))
 
-    def for_stage(self, spec: Any, threads: int | None = None) -> RunContext:
-        """A fresh context for one stage's workers (``threads`` per model worker)."""
-        return RunContext(self.run_dir, self.config, threads or self.threads, stage=spec)
+    def for_stage(self, spec: Any, threads: int | None = None, engines: Any = None) -> RunContext:
+        """A fresh context for one stage's workers (``threads`` per model worker; ``engines``:
+        the engine directory that serves local models on Ray)."""
+        return RunContext(self.run_dir, self.config, threads or self.threads, stage=spec,
+                          engines=engines)
+
+    def request_cache_dir(self) -> Path | None:
+        return self.cache_dir("requests") if self.config.runner.request_cache else None
 
     @property
     def run_id(self) -> str:
@@ -123,8 +130,11 @@ class RunContext:
 
     def backend(self, model_id: str) -> Any:
         from pipeline.backends import create_backend
+        from pipeline.engines import LOCAL_BACKENDS, RemoteBackend
 
-        cache_dir = self.cache_dir("requests") if self.config.runner.request_cache else None
+        if self.engines is not None and self.model_spec(model_id).backend in LOCAL_BACKENDS:
+            return _TimedBackend(RemoteBackend(self.engines, model_id), self)
+        cache_dir = self.request_cache_dir()
         key = (model_id, str(self.config.models_file), self.threads, str(cache_dir))
         with _LOCK:
             if key not in _BACKENDS:

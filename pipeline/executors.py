@@ -1,10 +1,9 @@
 """Where shards run: in this process (``inline``) or on Ray (local or a cluster).
 
 Both executors take the same jobs and yield each shard's marker as it completes, so the runner
-(and the stages) cannot tell them apart. On Ray, CPU stages run as tasks (one CPU each, retried
-when a worker dies) and LLM stages run on a pool of actors, each holding its loaded models, as
-Ray Data's ``map_batches`` with a callable class would; actors restart and retry their calls
-when their process dies.
+(and the stages) cannot tell them apart. On Ray every shard is a task (one CPU, retried when its
+worker dies); the models a model stage calls live in engine pools, one per model for the whole
+run (``pipeline.engines``), which restart and retry their calls when their process dies.
 """
 
 from __future__ import annotations
@@ -12,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -38,6 +38,9 @@ class InlineExecutor:
     def threads(self, spec: StageSpec) -> int:
         return self.cpus
 
+    def engines(self, ctx: Any) -> None:
+        return None  # models load in this process (pipeline.context caches them)
+
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
         for index, table, input_hash in jobs:
@@ -45,13 +48,6 @@ class InlineExecutor:
 
     def close(self) -> None:
         pass
-
-
-class _ShardActor:
-    """A Ray actor that keeps its models loaded between shards (process-level caches)."""
-
-    def run(self, spec, cfg, ctx, index, table, input_hash):
-        return dict(execute_shard(spec, cfg, ctx, index, table, input_hash), shard=index)
 
 
 def _run_task(spec, cfg, ctx, index, table, input_hash):
@@ -83,7 +79,12 @@ class RayExecutor:
         # 22-24 tok/s with spinning OpenMP threads and 14.6 with OMP_WAIT_POLICY=PASSIVE, which
         # it needs to survive sharing the cores (spinning: 2.4 tok/s each when two run at once).
         self.model_workers = min(model_workers or self.cpus, self.cpus)
-        self.threads_per_model_worker = threads_per_worker or max(1, self.cpus // self.model_workers)
+        # a worker's threads must fit on one node (six CPUs over three nodes is two a node)
+        node_cpus = max([int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]]
+                        or [self.cpus])
+        self.threads_per_model_worker = threads_per_worker or max(
+            1, min(node_cpus, self.cpus // self.model_workers))
+        self._directory = None
 
     def parallelism(self, spec: StageSpec) -> int:
         """Shards of ``spec`` that run at once (the runner plans shard counts as multiples)."""
@@ -93,42 +94,49 @@ class RayExecutor:
         """Threads one worker of ``spec`` may use (a CPU task gets one core)."""
         return self.threads_per_model_worker if spec.uses_models else 1
 
+    def engines(self, ctx: Any) -> Any:
+        """The run's engine directory (started on the first model stage, kept to the end)."""
+        if self._directory is None:
+            from pipeline.engines import start_directory
+
+            self._directory = start_directory(
+                getattr(ctx.config, "models_file", None), self.model_workers,
+                self.threads_per_model_worker,
+                self.max_retries, ctx.request_cache_dir())
+        return self._directory
+
+    def loaded_models(self) -> dict[str, list[dict[str, Any]]]:
+        """Per model, the replicas loaded so far (pid, GPU ids, load seconds)."""
+        if self._directory is None:
+            return {}
+        return self.ray.get(self._directory.loaded.remote())
+
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
         ray = self.ray
         if not jobs:
             return
-        if not spec.uses_models:
-            task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries)
-            pending = [task.remote(spec, cfg, ctx, *job) for job in jobs]
-            try:
-                while pending:
-                    done, pending = ray.wait(pending, num_returns=1)
-                    yield ray.get(done[0])
-            finally:
-                for ref in pending:
-                    ray.cancel(ref, force=True)
-            return
-        from ray.util import ActorPool
-
-        actor_cls = ray.remote(_ShardActor).options(
-            num_cpus=self.threads_per_model_worker, max_restarts=self.max_retries,
-            max_task_retries=self.max_retries)
-        actors = [actor_cls.remote() for _ in range(min(self.model_workers, len(jobs)))]
-        # A free actor takes the next shard (rather than dealing shards out up front), so an
-        # actor whose shards decode shorter answers is not left idle while another has a queue.
-        pool = ActorPool(actors)
-        for job in jobs:
-            pool.submit(lambda actor, job: actor.run.remote(spec, cfg, ctx, *job), job)
+        # Every shard is a task; a model stage's tasks send their requests to the models'
+        # engine pools (pipeline.engines), so a task holds no model and may run on any node.
+        # Ray hands the next queued shard to whichever CPU frees first.
+        task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries)
+        pending = [task.remote(spec, cfg, ctx, *job) for job in jobs]
         try:
-            while pool.has_next():
-                yield pool.get_next_unordered()
+            while pending:
+                done, pending = ray.wait(pending, num_returns=1)
+                yield ray.get(done[0])
         finally:
-            for actor in actors:  # also cancels whatever they still run or queue
-                ray.kill(actor)
+            for ref in pending:
+                ray.cancel(ref, force=True)
 
     def close(self) -> None:
-        pass  # the Ray session outlives a run so that tests and notebooks can reuse it
+        # engines end with the run; the Ray session outlives it so tests and notebooks reuse it
+        if self._directory is not None:
+            try:
+                self.ray.get(self._directory.shutdown.remote(), timeout=120)
+            finally:
+                self.ray.kill(self._directory)
+                self._directory = None
 
 
 def make_executor(runner_cfg: Any) -> InlineExecutor | RayExecutor:

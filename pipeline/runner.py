@@ -145,7 +145,8 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
               shard_size: int, progress: Progress | None = None) -> StageCounts:
     """Bring one stage to completion (skipping what is already done); returns its counts."""
     stage_store = store.stage(spec.name)
-    ctx = ctx.for_stage(spec, executor.threads(spec))
+    ctx = ctx.for_stage(spec, executor.threads(spec),
+                        executor.engines(ctx) if spec.uses_models else None)
     table = _stage_input(spec, cfg, ctx, store)
     missing = [c for c in spec.inputs if c not in table.column_names]
     if table.num_rows and missing:

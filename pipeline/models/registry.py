@@ -19,6 +19,29 @@ BackendName = Literal["llamacpp", "openai", "vllm", "transformers", "sentence_tr
 _LOCAL_BACKENDS = ("llamacpp", "vllm", "transformers", "sentence_transformers")
 
 
+class EngineResources(BaseModel):
+    """What one model's engine needs on a Ray cluster (``pipeline.engines`` places it).
+
+    Attributes:
+        num_gpus: GPUs of one replica when ``tensor_parallel_size`` is 1 (fractions share a
+            GPU); with tensor parallelism each of its workers gets one GPU in a placement
+            group of ``tensor_parallel_size`` bundles, packed on as few nodes as possible.
+        tensor_parallel_size: GPUs one replica spans (passed to vLLM as its TP size).
+        replicas: engine actors of the model (default: one per model worker of the runner).
+        threads: CPU threads of one replica (default: the runner's threads per model worker).
+        num_cpus: Ray CPUs a replica reserves. 0 by default: a run uses one model stage at a
+            time, so an idle engine must not hold cores the running stage's engines need.
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    num_gpus: float = Field(default=0, ge=0)
+    tensor_parallel_size: int = Field(default=1, ge=1)
+    replicas: int | None = Field(default=None, ge=1)
+    threads: int | None = Field(default=None, ge=1)
+    num_cpus: float = Field(default=0, ge=0)
+
+
 class ModelSpec(BaseModel):
     """One registry entry.
 
@@ -37,12 +60,21 @@ class ModelSpec(BaseModel):
         sha256: expected sha256 of the weights file; verified when set.
         base_url: OpenAI-compatible server root (``http://127.0.0.1:8000/v1``).
         model_name: the name the server (or vLLM) knows the model by.
+        tokenizer: a served model's GGUF file or Hugging Face tokenizer directory, from which
+            the client reads the chat template (and BOS/EOS texts) to render raw prompts for
+            Magpie mining and the logprob protocols; no weights are loaded.
+        replica_urls: API roots of more servers of the same model (``base_url`` is the
+            first); each request goes to the least busy, ``options.max_concurrency`` in flight
+            on each.
         chat_template: inline Jinja template; overrides what the weights carry.
         chat_template_source: where the template comes from: ``weights`` (GGUF metadata or
-            ``tokenizer_config.json``), ``registry`` (``chat_template``), ``server``, ``none``.
+            ``tokenizer_config.json``: of ``path``, or for a served model of ``tokenizer``),
+            ``registry`` (``chat_template``), ``server`` (llama.cpp's ``/props``), ``none``.
         stop: extra stop strings for chat (end-of-turn markers the engine might not stop on).
         n_ctx: context length to allocate.
         options: backend-specific keyword options (e.g. ``timeout_s`` for ``openai``).
+        resources: what an engine of a local backend needs on Ray (GPUs, tensor parallel
+            size, replicas, threads); served models (``openai``) run no engine actor.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
@@ -60,11 +92,14 @@ class ModelSpec(BaseModel):
     sha256: str | None = Field(default=None, pattern=r"^[0-9a-f]{64}$")
     base_url: str | None = None
     model_name: str | None = None
+    tokenizer: str | None = None
+    replica_urls: tuple[str, ...] = ()
     chat_template: str | None = None
     chat_template_source: Literal["weights", "registry", "server", "none"] = "weights"
     stop: tuple[str, ...] = ()
     n_ctx: int = Field(default=4096, ge=64)
     options: dict[str, Any] = Field(default_factory=dict)
+    resources: EngineResources = Field(default_factory=EngineResources)
 
     @model_validator(mode="after")
     def _check_source(self) -> ModelSpec:
@@ -72,6 +107,8 @@ class ModelSpec(BaseModel):
         if self.backend == "openai":
             if not (self.base_url and self.model_name):
                 raise ValueError("backend 'openai' needs base_url and model_name")
+        elif self.replica_urls or self.tokenizer:
+            raise ValueError("tokenizer and replica_urls are for served models (backend 'openai')")
         elif self.backend in _LOCAL_BACKENDS and has_pkg == has_path:
             raise ValueError(f"backend {self.backend!r} needs exactly one of packages or path")
         if has_pkg and not self.files:

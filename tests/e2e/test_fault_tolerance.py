@@ -262,11 +262,11 @@ def test_sigkill_during_verification_then_rerun_gives_the_same_verdicts(tmp_path
 
 
 def _actor_pids(pid: int) -> list[int]:
-    """Ray worker processes under the run that are executing a shard on a model actor."""
+    """Ray worker processes under the run whose model engine is answering a call."""
     out = []
     for child in _descendants(pid):
         try:
-            if b"_ShardActor.run" in Path(f"/proc/{child}/cmdline").read_bytes():
+            if b"EngineActor.call" in Path(f"/proc/{child}/cmdline").read_bytes():
                 out.append(child)
         except OSError:
             continue
@@ -289,9 +289,9 @@ def test_ray_model_worker_killed_mid_shard_is_restarted_and_retried(artifacts):
         while not _actor_pids(proc.pid) and proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
         victims = _actor_pids(proc.pid)
-        assert victims, "no model actor ever ran a shard"
+        assert victims, "no model engine ever answered a call"
         for pid in victims:
-            os.kill(pid, signal.SIGKILL)  # the worker dies mid-shard; the driver lives on
+            os.kill(pid, signal.SIGKILL)  # the engine dies mid-call; the driver lives on
         assert not valid_markers(run_dir, "mine")  # no shard had been committed yet
         _, err = proc.communicate(timeout=600)
     finally:

@@ -1,0 +1,271 @@
+"""One engine pool per model, alive for the whole run, placed by the registry's resources.
+
+On Ray, a model that a stage asks for (``ctx.backend(model_id)``) is loaded into
+``resources.replicas`` engine actors the first time any stage asks for it, and the same actors
+serve every later stage that uses the model (mine, difficulty, answer, tests and repair all use
+the experts). A shard task sends its requests to the least busy replica of the model it names, so
+an actor only ever loads the one model it serves, and a model is loaded once per replica per
+run, not once per stage and worker.
+
+Placement follows ``ray.data.llm``: a replica with ``tensor_parallel_size`` 1 is one actor that
+asks Ray for ``num_gpus`` (Ray then sets ``CUDA_VISIBLE_DEVICES`` for it); a tensor-parallel
+replica gets a placement group of ``tensor_parallel_size`` ``{"GPU": 1}`` bundles (PACK), and
+the actor runs inside it with ``placement_group_capture_child_tasks`` so vLLM's Ray workers land
+on those GPUs. Replicas spread over the nodes.
+
+Served models (``backend: openai``) run no engine actor: the shard tasks talk to the servers.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+# Backends that hold weights in the process (the ones an engine actor is for).
+LOCAL_BACKENDS = frozenset({"llamacpp", "vllm", "transformers"})
+
+
+def replica_resources(spec: Any, default_replicas: int, default_threads: int) -> dict[str, Any]:
+    """How many replicas of ``spec`` to start and what each asks Ray for (pure; no Ray).
+
+    Returns ``{"replicas", "threads", "num_cpus", "num_gpus", "bundles"}``; ``bundles`` is
+    the placement group of one tensor-parallel replica (empty when it needs none).
+
+    >>> from pipeline.models.registry import ModelSpec
+    >>> spec = ModelSpec(id="m", backend="vllm", family="qwen2", path="/m",
+    ...                  resources={"tensor_parallel_size": 2})
+    >>> replica_resources(spec, 4, 1)["bundles"]
+    [{'GPU': 1.0, 'CPU': 1.0}, {'GPU': 1.0, 'CPU': 1.0}]
+    """
+    res = spec.resources
+    tp = res.tensor_parallel_size
+    out = {"replicas": res.replicas or default_replicas, "threads": res.threads or default_threads,
+           "num_cpus": float(res.num_cpus), "num_gpus": float(res.num_gpus), "bundles": []}
+    if tp > 1:
+        # vLLM's Ray executor starts one worker per bundle; each needs a whole GPU and a core
+        out["bundles"] = [{"GPU": 1.0, "CPU": 1.0} for _ in range(tp)]
+        out["num_gpus"] = 0.0
+        out["num_cpus"] = 0.0
+    return out
+
+
+def actor_options(spec: Any, resources: dict[str, Any], max_retries: int,
+                  placement_group: Any = None) -> dict[str, Any]:
+    """The ``.options(...)`` of one engine actor (pure, apart from the given placement group)."""
+    opts: dict[str, Any] = {"num_cpus": resources["num_cpus"], "num_gpus": resources["num_gpus"],
+                            "max_restarts": max_retries, "max_task_retries": max_retries}
+    if placement_group is not None:
+        from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+        opts["scheduling_strategy"] = PlacementGroupSchedulingStrategy(
+            placement_group=placement_group, placement_group_capture_child_tasks=True)
+    else:
+        opts["scheduling_strategy"] = "SPREAD"
+    return opts
+
+
+class EngineActor:
+    """Holds one model's backend (request-cached) and answers its calls."""
+
+    def __init__(self, spec_json: str, threads: int, cache_dir: str | None):
+        from pipeline.backends import create_backend
+        from pipeline.models.registry import ModelSpec
+
+        spec = ModelSpec.model_validate_json(spec_json)
+        options = {}
+        if spec.backend == "vllm" and spec.resources.tensor_parallel_size > 1:
+            options = {"tensor_parallel_size": spec.resources.tensor_parallel_size,
+                       "distributed_executor_backend": "ray"}
+        start = time.perf_counter()
+        self.backend = create_backend(spec, n_threads=threads,
+                                      cache_dir=Path(cache_dir) if cache_dir else None, **options)
+        self.info = {"model_id": spec.id, "pid": os.getpid(), "load_seconds":
+                     time.perf_counter() - start, "gpu_ids": _gpu_ids(),
+                     "methods": sorted(m for m in ("complete", "chat", "next_token_logprobs",
+                                                   "chat_template", "apply_chat_template",
+                                                   "tokenize")
+                                       if callable(getattr(self.backend, m, None)))}
+        log.info("engine %s loaded in pid %d (%.1f s)", spec.id, os.getpid(),
+                 self.info["load_seconds"])
+
+    def describe(self) -> dict[str, Any]:
+        return self.info
+
+    def call(self, method: str, args: tuple, kwargs: dict) -> tuple[Any, dict[str, int]]:
+        """Run one backend call; returns its result and the request-cache counts it added."""
+        before = _stats(self.backend)
+        result = getattr(self.backend, method)(*args, **kwargs)
+        after = _stats(self.backend)
+        return result, {k: after.get(k, 0) - before.get(k, 0) for k in ("hits", "misses")}
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+def _stats(backend: Any) -> dict[str, int]:
+    stats = getattr(backend, "cache_stats", None)
+    return stats() if callable(stats) else {}
+
+
+def _gpu_ids() -> list:
+    try:
+        import ray
+
+        return list(ray.get_runtime_context().get_accelerator_ids().get("GPU", []))
+    except Exception:  # noqa: BLE001 - outside Ray (unit tests)
+        return []
+
+
+class EngineDirectory:
+    """A Ray actor that starts each model's pool on first use and picks the least busy replica.
+
+    Threaded (``max_concurrency``): a shard waiting for a model to load does not hold up
+    ``acquire`` calls for models already loaded.
+    """
+
+    def __init__(self, registry_file: str | None, default_replicas: int, default_threads: int,
+                 max_retries: int, cache_dir: str | None):
+        self.registry_file = registry_file
+        self.default_replicas, self.default_threads = default_replicas, default_threads
+        self.max_retries, self.cache_dir = max_retries, cache_dir
+        self._lock = threading.Lock()
+        self._model_locks: dict[str, threading.Lock] = {}
+        self._pools: dict[str, list[Any]] = {}
+        self._busy: dict[str, list[int]] = {}
+        self._info: dict[str, list[dict]] = {}
+        self._groups: list[Any] = []
+
+    def _pool(self, model_id: str) -> list[Any]:
+        with self._lock:
+            lock = self._model_locks.setdefault(model_id, threading.Lock())
+        with lock:
+            if model_id not in self._pools:
+                self._start(model_id)
+            return self._pools[model_id]
+
+    def _start(self, model_id: str) -> None:
+        import ray
+
+        from pipeline.models import load_registry
+
+        if self.registry_file is None:
+            raise KeyError(f"model {model_id!r}: this run has no model registry")
+        spec = load_registry(Path(self.registry_file))[model_id]
+        res = replica_resources(spec, self.default_replicas, self.default_threads)
+        actor_cls = ray.remote(EngineActor)
+        handles = []
+        for _ in range(res["replicas"]):
+            group = None
+            if res["bundles"]:
+                from ray.util.placement_group import placement_group
+
+                group = placement_group(res["bundles"], strategy="PACK")
+                ray.get(group.ready())
+                self._groups.append(group)
+            opts = actor_options(spec, res, self.max_retries, group)
+            handles.append(actor_cls.options(**opts).remote(
+                spec.model_dump_json(), res["threads"], self.cache_dir))
+        # load every replica before the first request goes out (errors surface here, once)
+        self._info[model_id] = ray.get([h.describe.remote() for h in handles])
+        self._pools[model_id] = handles
+        self._busy[model_id] = [0] * len(handles)
+
+    def acquire(self, model_id: str) -> tuple[int, Any, dict[str, Any]]:
+        """The least busy replica of ``model_id`` (index, handle, what it serves)."""
+        handles = self._pool(model_id)
+        with self._lock:
+            busy = self._busy[model_id]
+            i = min(range(len(busy)), key=busy.__getitem__)
+            busy[i] += 1
+            return i, handles[i], self._info[model_id][i]
+
+    def release(self, model_id: str, index: int) -> None:
+        with self._lock:
+            self._busy[model_id][index] -= 1
+
+    def loaded(self) -> dict[str, list[dict[str, Any]]]:
+        """Per model, what each replica reported when it loaded (pid, GPUs, load time)."""
+        with self._lock:
+            return {m: list(v) for m, v in self._info.items()}
+
+    def shutdown(self) -> None:
+        import ray
+
+        with self._lock:
+            handles = [h for pool in self._pools.values() for h in pool]
+            self._pools.clear()
+        for h in handles:
+            try:
+                ray.get(h.close.remote(), timeout=30)
+            except Exception as exc:  # noqa: BLE001 - the run is over; kill it regardless
+                log.debug("engine close failed: %s", exc)
+            ray.kill(h)
+        for group in self._groups:
+            ray.util.remove_placement_group(group)
+
+
+class RemoteBackend:
+    """The Backend protocol over a model's engine pool (what ``ctx.backend`` returns on Ray)."""
+
+    def __init__(self, directory: Any, model_id: str):
+        self._directory, self.model_id = directory, model_id
+        self._methods: frozenset[str] | None = None
+        self._cache = {"hits": 0, "misses": 0}
+
+    def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
+        import ray
+
+        index, handle, info = ray.get(self._directory.acquire.remote(self.model_id))
+        try:
+            if method not in info["methods"]:
+                from pipeline.backends.base import LogprobUnsupportedError
+
+                raise LogprobUnsupportedError(
+                    f"model {self.model_id!r}: its backend has no {method}()")
+            result, counts = ray.get(handle.call.remote(method, args, kwargs))
+        finally:
+            self._directory.release.remote(self.model_id, index)
+        for key, n in counts.items():
+            self._cache[key] = self._cache.get(key, 0) + n
+        return result
+
+    def cache_stats(self) -> dict[str, int]:
+        return dict(self._cache)
+
+    def complete(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("complete", *args, **kwargs)
+
+    def chat(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("chat", *args, **kwargs)
+
+    def next_token_logprobs(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("next_token_logprobs", *args, **kwargs)
+
+    def chat_template(self) -> str | None:
+        return self._call("chat_template")
+
+    def apply_chat_template(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("apply_chat_template", *args, **kwargs)
+
+    def tokenize(self, *args: Any, **kwargs: Any) -> Any:
+        return self._call("tokenize", *args, **kwargs)
+
+    def close(self) -> None:
+        pass  # the pool outlives a shard: the executor shuts it down at the end of the run
+
+
+def start_directory(registry_file: Path | None, default_replicas: int, default_threads: int,
+                    max_retries: int, cache_dir: Path | None) -> Any:
+    """Start the run's engine directory actor (no resources held; it loads nothing until a
+    stage asks for a model)."""
+    import ray
+
+    cls = ray.remote(EngineDirectory).options(num_cpus=0, max_concurrency=64)
+    return cls.remote(str(registry_file) if registry_file else None, default_replicas,
+                      default_threads, max_retries, str(cache_dir) if cache_dir else None)
