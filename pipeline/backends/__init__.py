@@ -32,6 +32,7 @@ from pipeline.backends.chat_template import ChatTemplateError, render_chat_templ
 from pipeline.backends.request_cache import CachedBackend
 
 if TYPE_CHECKING:
+    from pipeline.backends.template_source import TemplateInfo
     from pipeline.models import ModelSpec
 
 __all__ = [
@@ -76,6 +77,22 @@ def _template_override(spec: ModelSpec) -> str | None:
     return "" if spec.chat_template_source == "none" else None
 
 
+def _served_template(spec: ModelSpec) -> TemplateInfo | None:
+    """A served model's template on the client; ``None``: ask the server (``/props``)."""
+    from pipeline.backends.template_source import TemplateInfo, load_template
+
+    if spec.chat_template_source == "server":
+        return None
+    if spec.chat_template_source == "none":
+        return TemplateInfo(None)
+    source = spec.tokenizer or spec.path
+    files = load_template(source) if source else None
+    if spec.chat_template_source == "registry":
+        return TemplateInfo(spec.chat_template, *((files.bos, files.eos, files.add_bos)
+                                                  if files else ()))
+    return files  # None: nothing local names it, so ask the server (the old llama.cpp way)
+
+
 def create_backend(spec: ModelSpec, *, n_threads: int | None = None,
                    cache_dir: Path | None = None, **options: Any) -> Backend:
     """Build the backend a registry entry names, loading its weights.
@@ -104,14 +121,16 @@ def create_backend(spec: ModelSpec, *, n_threads: int | None = None,
                                   stop=spec.stop, chat_template=template, n_threads=n_threads,
                                   **opts)
     elif spec.backend == "openai":
-        from pipeline.backends.chat_template import template_from_hf_dir
         from pipeline.backends.openai_server import OpenAIServerBackend
 
-        if template is None and spec.path is not None and Path(spec.path).expanduser().is_dir():
-            template = template_from_hf_dir(Path(spec.path).expanduser())
+        info = _served_template(spec)
+        template_kwargs = {"template_from_server": info is None}
+        if info is not None:
+            template_kwargs.update(chat_template=info.template, bos_token=info.bos,
+                                   eos_token=info.eos, strip_bos=bool(info.add_bos))
         backend = OpenAIServerBackend(spec.id, spec.base_url or "", spec.model_name or "",
-                                      stop=spec.stop, chat_template=template or None,
-                                      template_from_server=template is None, **opts)
+                                      replicas=spec.replica_urls, stop=spec.stop,
+                                      **template_kwargs, **opts)
     elif spec.backend == "vllm":
         from pipeline.backends.vllm_offline import VllmBackend
 

@@ -1,29 +1,56 @@
 """Any OpenAI-compatible server: ``vllm serve``, llama.cpp's server, SGLang, llama-cpp-python.
 
-Requests go out concurrently (``max_concurrency`` at a time). 429 and 5xx answers and refused
-connections are retried with exponential backoff (``Retry-After`` honoured); a request that
-still fails, times out or is rejected (4xx) becomes a failed :class:`Completion`. A server that
-cannot be reached at all raises :class:`BackendError` naming the URL, since every other request
-would fail the same way.
+Requests go out concurrently: up to ``max_concurrency`` in flight on each server of the model
+(``base_url`` and its ``replicas``, see :mod:`pipeline.backends.server_pool`), enough to keep
+a continuous-batching server's slots full. Every call of every thread shares those slots.
+
+Failures: 429 and 500 answers are retried ``max_retries`` times with exponential backoff
+(``Retry-After`` honoured). A server that refuses or drops connections, or answers 502/503/504
+(down, restarting, loading its model, behind a proxy), is benched: its requests go to a replica,
+or wait for it, for up to ``down_wait_s``; requests are idempotent (greedy or seeded), so a
+request whose answer was lost with a dying server is sent again and no row is lost or doubled.
+A request that still fails, times out or is rejected (4xx) becomes a failed
+:class:`Completion`; when no server comes back within ``down_wait_s`` a :class:`BackendError`
+names the URLs, since every other request would fail the same way.
 
 With ``n > 1`` each sample is its own request with seed ``seed + i``: not every server honours
 ``n`` (llama.cpp's does not), and per-sample seeds keep samples replayable one by one, as in the
 other backends.
+
+Raw prompts (Magpie mining, the logprob protocols) are rendered on the client with the model's
+chat template, read from the files the registry names (:mod:`pipeline.backends.template_source`).
 """
 
 from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
-from concurrent.futures import ThreadPoolExecutor
-from typing import Any
+from collections.abc import Callable, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any, TypeVar
 
-from pipeline.backends.base import BackendError, Completion, Conversation, SamplingParams
+from pipeline.backends.base import (
+    BackendError,
+    Completion,
+    Conversation,
+    LogprobReading,
+    SamplingParams,
+)
 from pipeline.backends.chat_template import ChatTemplateError, render_chat_template
+from pipeline.backends.openai_logprobs import (
+    logprob_body,
+    reading_from_top,
+    single_tokens_from_counts,
+    top_logprobs,
+)
+from pipeline.backends.server_pool import ServerPool
 
 log = logging.getLogger(__name__)
-RETRY_STATUS = frozenset({429, 500, 502, 503, 504})
+RETRY_STATUS = frozenset({429, 500})
+DOWN_STATUS = frozenset({502, 503, 504})  # the server (or the one behind a proxy) is not up
+T = TypeVar("T")
 
 
 def request_body(model: str, params: SamplingParams, seed: int | None, *,
@@ -63,51 +90,71 @@ def parse_response(data: dict[str, Any], *, chat: bool) -> Completion:
 
 
 class OpenAIServerBackend:
-    """Client for an OpenAI-compatible HTTP server.
+    """Client for one model on OpenAI-compatible HTTP servers.
 
     Args:
         model_id: the registry id.
         base_url: the API root, e.g. ``http://127.0.0.1:8000/v1``.
-        model_name: the model name the server expects in requests.
+        model_name: the model name the servers expect in requests.
+        replicas: API roots of more servers of the same model; requests go to the least busy.
         stop: the model's own stop strings, added to chat requests.
         chat_template: the template used by :meth:`apply_chat_template` (the server applies
-            its own for ``chat``); ``None`` asks the server (llama.cpp's ``/props``).
-        max_concurrency: requests in flight at once.
+            its own for ``chat``); ``None`` asks the server (llama.cpp's ``/props``) when
+            ``template_from_server``.
+        bos_token, eos_token: the token texts the template may write.
+        strip_bos: the server's tokenizer adds BOS itself, so a leading BOS text is cut from
+            raw prompts (else the model would see two).
+        max_concurrency: requests in flight at once on each server.
         timeout_s: per-request read timeout (generation time); connecting has its own 10 s.
-        max_retries: retries on 429/5xx/refused connections, with backoff ``backoff_s * 2**k``.
+        max_retries: retries on 429/500, with backoff ``backoff_s * 2**k``.
+        down_wait_s: how long requests wait for a server that is down to come back.
+        logprobs_top_k: ``logprobs`` asked for by :meth:`next_token_logprobs` (vLLM's default
+            ``--max-logprobs`` is 20).
         api_key_env: environment variable holding a bearer token, if the server needs one.
     """
 
     def __init__(self, model_id: str, base_url: str, model_name: str, *,
-                 stop: tuple[str, ...] = (), chat_template: str | None = None,
+                 replicas: Sequence[str] = (), stop: tuple[str, ...] = (),
+                 chat_template: str | None = None, template_from_server: bool = True,
+                 bos_token: str = "", eos_token: str = "", strip_bos: bool = False,
                  max_concurrency: int = 4, timeout_s: float = 120.0, max_retries: int = 3,
-                 backoff_s: float = 0.5, api_key_env: str | None = None,
-                 template_from_server: bool = True) -> None:
+                 backoff_s: float = 0.5, down_wait_s: float = 60.0, logprobs_top_k: int = 20,
+                 api_key_env: str | None = None) -> None:
         import httpx
 
         self.model_id = model_id
-        self.base_url = base_url.rstrip("/")
+        self._pool = ServerPool([base_url, *replicas], max_concurrency)
+        self.base_url = self._pool.servers[0].url
         self.model_name = model_name
         self._stop = tuple(stop)
         self._template = chat_template
         self._ask_server = chat_template is None and template_from_server
+        self._bos, self._eos, self._strip_bos = bos_token, eos_token, strip_bos
         self.max_concurrency = max_concurrency
         self.timeout_s = timeout_s
         self.max_retries = max_retries
         self.backoff_s = backoff_s
+        self.down_wait_s = down_wait_s
+        self.logprobs_top_k = logprobs_top_k
         headers = {}
         if api_key_env:
             headers["Authorization"] = f"Bearer {os.environ.get(api_key_env, '')}"
+        capacity = self._pool.capacity
         self._client = httpx.Client(
             headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0),
-            limits=httpx.Limits(max_connections=max_concurrency))
+            limits=httpx.Limits(max_connections=capacity, max_keepalive_connections=capacity))
+        self._executor: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._singles: dict[tuple[str, ...], set[str] | None] = {}
+        self._tokenize_route: tuple[str, Callable[[str], dict]] | None = None
 
     # -- generation ----------------------------------------------------------------------------
     def complete(self, prompts: list[str], params: SamplingParams) -> list[list[Completion]]:
         """Raw completions via ``/completions``."""
-        bodies = [[request_body(self.model_name, params, params.sample_seed(i), prompt=p)
+        bodies = [[request_body(self.model_name, params, params.sample_seed(i),
+                                prompt=self._wire_prompt(p))
                    for i in range(params.n)] for p in prompts]
-        return self._run("/completions", bodies, chat=False)
+        return self._completions("/completions", bodies, chat=False)
 
     def chat(self, conversations: list[Conversation],
              params: SamplingParams) -> list[list[Completion]]:
@@ -115,56 +162,123 @@ class OpenAIServerBackend:
         stop = list(dict.fromkeys([*params.stop, *self._stop]))
         bodies = [[request_body(self.model_name, params, params.sample_seed(i), messages=c,
                                 stop=stop) for i in range(params.n)] for c in conversations]
-        return self._run("/chat/completions", bodies, chat=True)
+        return self._completions("/chat/completions", bodies, chat=True)
 
-    def _run(self, route: str, bodies: list[list[dict]], *, chat: bool) -> list[list[Completion]]:
-        flat = [(i, j, body) for i, row in enumerate(bodies) for j, body in enumerate(row)]
-        results: list[list[Completion | None]] = [[None] * len(row) for row in bodies]
-        if not flat:
-            return results  # type: ignore[return-value]
-        with ThreadPoolExecutor(max_workers=self.max_concurrency) as pool:
-            futures = [(i, j, pool.submit(self._post, route, body, chat)) for i, j, body in flat]
+    def next_token_logprobs(self, conversations: list[Conversation], candidates: Sequence[str],
+                            prefill: str = "") -> list[LogprobReading]:
+        """See :class:`pipeline.backends.base.LogprobBackend`: one greedy token per prompt
+        with ``logprobs`` (:mod:`pipeline.backends.openai_logprobs`); single-token candidates
+        outside the server's top ``logprobs_top_k`` read ``-inf``."""
+        candidates = list(candidates)
+        singles = self._single_tokens(candidates)
+        prompts: dict[int, str] = {}
+        out: list[LogprobReading | None] = [None] * len(conversations)
+        for i, conversation in enumerate(conversations):
             try:
-                for i, j, future in futures:
-                    results[i][j] = future.result()
-            except BackendError:
-                pool.shutdown(wait=False, cancel_futures=True)
-                raise
-        return results  # type: ignore[return-value]
+                prompts[i] = self.apply_chat_template(conversation) + prefill
+            except ChatTemplateError as exc:
+                out[i] = (None, str(exc))
 
-    def _post(self, route: str, body: dict, chat: bool) -> Completion:
+        def parse(data: dict) -> LogprobReading:
+            try:
+                return reading_from_top(top_logprobs(data), candidates, singles), None
+            except (ValueError, KeyError, TypeError) as exc:
+                return None, str(exc)
+
+        bodies = [logprob_body(self.model_name, self._wire_prompt(p), self.logprobs_top_k)
+                  for p in prompts.values()]
+        readings = self._run("/completions", bodies, parse, lambda error: (None, error))
+        for i, reading in zip(prompts, readings, strict=True):
+            out[i] = reading
+        return out  # type: ignore[return-value]
+
+    def _wire_prompt(self, prompt: str) -> str:
+        if self._strip_bos and self._bos and prompt.startswith(self._bos):
+            return prompt[len(self._bos):]
+        return prompt
+
+    def _completions(self, route: str, bodies: list[list[dict]], *,
+                     chat: bool) -> list[list[Completion]]:
+        flat = self._run(route, [b for row in bodies for b in row],
+                         lambda data: parse_response(data, chat=chat), Completion.failed)
+        out, k = [], 0
+        for row in bodies:
+            out.append(flat[k:k + len(row)])
+            k += len(row)
+        return out
+
+    def _run(self, route: str, bodies: list[dict], parse: Callable[[dict], T],
+             fail: Callable[[str], T]) -> list[T]:
+        """POST every body (in order, all servers' slots shared); parse answers or failures."""
+        if not bodies:
+            return []
+        with self._lock:
+            if self._executor is None:
+                self._executor = ThreadPoolExecutor(max_workers=self._pool.capacity,
+                                                    thread_name_prefix=f"openai-{self.model_id}")
+            executor = self._executor
+        futures: list[Future] = [executor.submit(self._post, route, body) for body in bodies]
+        results: list[T] = []
+        try:
+            for future in futures:
+                answer = future.result()
+                results.append(fail(answer) if isinstance(answer, str) else parse(answer))
+        except BackendError:
+            for future in futures:
+                future.cancel()
+            raise
+        return results
+
+    def _post(self, route: str, body: dict) -> dict | str:
+        """One request: the answer's JSON, or an error text (BackendError: no server is up)."""
         import httpx
 
-        url = self.base_url + route
-        for attempt in range(self.max_retries + 1):
-            last = attempt == self.max_retries
-            try:
-                response = self._client.post(url, json=body)
-            except (httpx.ConnectError, httpx.ConnectTimeout) as exc:
-                if last:
+        dropped = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
+                   httpx.ReadError, httpx.WriteError)
+        retries = downs = 0
+        down_since: float | None = None
+        while True:
+            with self._pool.lease() as server:
+                url = server.url + route
+                try:
+                    response = self._client.post(url, json=body)
+                except dropped as exc:
+                    self._pool.bench(server)
+                    problem = f"{type(exc).__name__}: {exc}"
+                    response = None
+                except httpx.TimeoutException:
+                    return f"timeout: no answer from {url} within {self.timeout_s}s"
+                except httpx.HTTPError as exc:
+                    return f"{type(exc).__name__}: {exc}"
+                if response is not None and response.status_code in DOWN_STATUS:
+                    self._pool.bench(server)
+                    problem = f"HTTP {response.status_code}"
+                    response = None
+            if response is None:  # the server is down: wait for it (or a replica)
+                now = time.monotonic()
+                down_since = down_since or now
+                if now - down_since >= self.down_wait_s:
                     raise BackendError(
                         f"cannot reach the OpenAI-compatible server for model {self.model_id!r} "
-                        f"at {self.base_url} ({type(exc).__name__}: {exc}); is it running? e.g. "
-                        f"`vllm serve <model>` or `python -m llama_cpp.server --model <gguf>`"
-                    ) from exc
-                self._sleep(attempt, None)
+                        f"at {', '.join(s.url for s in self._pool.servers)} ({problem}) for "
+                        f"{self.down_wait_s:g}s; is it running? e.g. `vllm serve <model>` or "
+                        "`python -m llama_cpp.server --model <gguf>`")
+                log.info("%s: %s; retrying", url, problem)
+                time.sleep(min(self.backoff_s * 2**downs, 1.0))
+                downs += 1
                 continue
-            except httpx.TimeoutException:
-                return Completion.failed(f"timeout: no answer from {url} within {self.timeout_s}s")
-            except httpx.HTTPError as exc:
-                return Completion.failed(f"{type(exc).__name__}: {exc}")
-            if response.status_code in RETRY_STATUS and not last:
-                log.info("%s answered %d; retry %d", url, response.status_code, attempt + 1)
-                self._sleep(attempt, response.headers.get("retry-after"))
+            down_since, downs = None, 0
+            if response.status_code in RETRY_STATUS and retries < self.max_retries:
+                log.info("%s answered %d; retry %d", url, response.status_code, retries + 1)
+                self._sleep(retries, response.headers.get("retry-after"))
+                retries += 1
                 continue
             if response.status_code != 200:
-                return Completion.failed(f"HTTP {response.status_code} from {url}: "
-                                         f"{response.text[:500]}")
+                return f"HTTP {response.status_code} from {url}: {response.text[:500]}"
             try:
-                return parse_response(response.json(), chat=chat)
+                return response.json()
             except ValueError:
-                return Completion.failed(f"non-JSON answer from {url}: {response.text[:500]}")
-        raise AssertionError("unreachable")
+                return f"non-JSON answer from {url}: {response.text[:500]}"
 
     def _sleep(self, attempt: int, retry_after: str | None) -> None:
         delay = self.backoff_s * 2**attempt
@@ -174,6 +288,10 @@ class OpenAIServerBackend:
             except ValueError:
                 pass  # an HTTP date: keep our own backoff
         time.sleep(delay)
+
+    def server_stats(self) -> dict[str, int]:
+        """Requests sent to each server so far (this process), by URL."""
+        return self._pool.stats()
 
     # -- prompts -------------------------------------------------------------------------------
     def _root(self) -> str:
@@ -193,29 +311,63 @@ class OpenAIServerBackend:
 
     def apply_chat_template(self, messages: Conversation,
                             add_generation_prompt: bool = True) -> str:
-        """Render messages with :meth:`chat_template` (for raw-completion Magpie prompts)."""
+        """Render messages with :meth:`chat_template` (Magpie prompts, logprob readings)."""
         template = self.chat_template()
         if template is None:
             raise ChatTemplateError(
-                f"model {self.model_id!r}: the server does not report a chat template; set "
-                "chat_template in the registry entry (chat_template_source: registry)")
+                f"model {self.model_id!r}: no chat template on the client and the server does "
+                "not report one; set `tokenizer` (a GGUF file or tokenizer directory) or "
+                "`chat_template` in the registry entry")
         return render_chat_template(template, messages,
-                                    add_generation_prompt=add_generation_prompt)
+                                    add_generation_prompt=add_generation_prompt,
+                                    bos_token=self._bos, eos_token=self._eos)
 
     def tokenize(self, text: str) -> list[int]:
-        """Token ids via the server's tokenize route (vLLM, llama.cpp), where it has one."""
-        for path, body in (("/tokenize", {"model": self.model_name, "prompt": text,
-                                          "content": text, "add_special": False}),
-                           ("/extras/tokenize", {"input": text})):
+        """Token ids via the server's tokenize route (vLLM, llama.cpp), where it has one.
+
+        llama-cpp-python's route adds the BOS token when the model does.
+        """
+        if self._tokenize_route is not None:
+            path, make = self._tokenize_route
+            response = self._client.post(self._root() + path, json=make(text), timeout=10.0)
+            response.raise_for_status()
+            return list(response.json()["tokens"])
+        dialects: list[tuple[str, Callable[[str], dict]]] = [
+            ("/tokenize", lambda t: {"model": self.model_name, "prompt": t, "content": t,
+                                     "add_special": False, "add_special_tokens": False}),
+            ("/extras/tokenize", lambda t: {"input": t})]
+        for path, make in dialects:
             try:
-                response = self._client.post(self._root() + path, json=body, timeout=10.0)
+                response = self._client.post(self._root() + path, json=make(text), timeout=10.0)
             except Exception as exc:  # noqa: BLE001 - try the next dialect
                 log.debug("tokenize via %s failed: %s", path, exc)
                 continue
-            if response.status_code == 200:
-                return list(response.json()["tokens"])
+            try:
+                tokens = response.json()["tokens"] if response.status_code == 200 else None
+            except (ValueError, KeyError, TypeError):  # another route's answer, not tokens
+                tokens = None
+            if isinstance(tokens, list):
+                self._tokenize_route = (path, make)
+                return tokens
         raise NotImplementedError(f"{self.base_url}: the server has no tokenize route")
 
+    def _single_tokens(self, candidates: list[str]) -> set[str] | None:
+        """The candidates that are one token (``None``: the server cannot tokenize)."""
+        key = tuple(sorted(candidates))
+        if key not in self._singles:
+            try:
+                empty = self.tokenize("")
+                counts = {c: self.tokenize(c) for c in key}
+                self._singles[key] = single_tokens_from_counts(key, counts, empty)
+            except NotImplementedError:
+                log.info("%s: no tokenize route; every logprob candidate is taken as one token",
+                         self.base_url)
+                self._singles[key] = None
+        return self._singles[key]
+
     def close(self) -> None:
-        """Close the HTTP connections."""
+        """Close the HTTP connections and the request threads."""
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)
+            self._executor = None
         self._client.close()

@@ -7,6 +7,7 @@ import json
 import socket
 import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -44,6 +45,7 @@ def server():
             pass
 
         def do_POST(self):
+            script = self.script
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             with script.lock:
                 script.bodies.append((self.path, body))
@@ -66,7 +68,9 @@ def server():
             with script.lock:
                 script.in_flight -= 1
 
+    Handler.script = script
     httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    script.httpd = httpd
     thread = threading.Thread(target=httpd.serve_forever, daemon=True)
     thread.start()
     script.url = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
@@ -160,6 +164,96 @@ def test_server_down_raises_naming_the_url():
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]  # closed again: nothing listens there
     backend = OpenAIServerBackend("m", f"http://127.0.0.1:{port}/v1", "x", backoff_s=0.01,
-                                  max_retries=1, template_from_server=False)
+                                  down_wait_s=0.2, template_from_server=False)
     with pytest.raises(BackendError, match=f"127.0.0.1:{port}.*is it running"):
         backend.complete(["a", "b"], SamplingParams())
+
+
+# -- next-token logprobs, replicas, servers that go away ---------------------------------------
+def logprob_answer(top):
+    return json.dumps({"choices": [{"text": "x", "finish_reason": "length",
+                                    "logprobs": {"tokens": ["x"], "token_logprobs": [-0.1],
+                                                 "top_logprobs": [top]}}]})
+
+
+def test_logprobs_use_the_completions_route_with_the_client_rendered_prompt(server):
+    backend = client(server, chat_template="{% for m in messages %}<{{ m.content }}>{% endfor %}",
+                     logprobs_top_k=5)
+    # no tokenize route here: every candidate counts as one token
+    server.push("/v1/completions", body=logprob_answer({"A": -0.2, "B": -1.9, "C": -9999.0}))
+    [(reading, error)] = backend.next_token_logprobs([[{"role": "user", "content": "q"}]],
+                                                     ["A", "B", "C", " D"], prefill="Verdict: ")
+    assert error is None
+    assert reading == {"A": -0.2, "B": -1.9, "C": float("-inf"), " D": float("-inf")}
+    body = next(b for route, b in server.bodies if route == "/v1/completions")
+    assert body == {"model": "served-name", "prompt": "<q>Verdict: ", "n": 1, "max_tokens": 1,
+                    "temperature": 0.0, "top_p": 1.0, "logprobs": 5}
+
+
+def test_logprobs_in_llama_server_shape_and_missing_logprobs(server):
+    backend = client(server, chat_template="{{ messages[0].content }}")
+    server.push("/v1/completions", body=json.dumps({"choices": [{"text": "A", "logprobs": {
+        "content": [{"id": 1, "token": "A", "logprob": -0.1, "top_logprobs": [
+            {"id": 1, "token": "A", "logprob": -0.1}, {"id": 2, "token": "B", "logprob": -2.4}]}]
+    }}]}))
+    server.push("/v1/completions", body=ok_completion("no logprobs here"))
+    conv = [{"role": "user", "content": "q"}]
+    (first, err1), (second, err2) = backend.next_token_logprobs([conv, conv], ["A", "B"])
+    assert first == {"A": -0.1, "B": -2.4} and err1 is None
+    assert second is None and "no logprobs" in err2
+
+
+def test_single_token_candidates_come_from_the_tokenize_route(server):
+    backend = client(server, chat_template="{{ messages[0].content }}")
+    tokens = {"": [], "A": [5], " A": [6], "AB": [5, 7]}
+
+    def tokenize_answer(text):
+        return json.dumps({"tokens": tokens[text]})
+
+    for text in ["", " A", "A", "AB"]:  # the backend asks "" first, then sorted candidates
+        server.push("/tokenize", body=tokenize_answer(text))
+    server.push("/v1/completions", body=logprob_answer({"A": -0.5, "AB": -0.7}))
+    [(reading, _)] = backend.next_token_logprobs([[{"role": "user", "content": "q"}]],
+                                                 ["A", " A", "AB"])
+    assert reading == {"A": -0.5, " A": float("-inf")}  # AB is two tokens: never read
+
+
+def test_replicas_share_requests_and_each_keeps_its_limit(server):
+    second = Script()
+    # A second scripted server on another port, reusing the fixture's handler class.
+    from http.server import ThreadingHTTPServer
+
+    handler = type(server.httpd.RequestHandlerClass.__name__, (server.httpd.RequestHandlerClass,),
+                   {"script": second})
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        server.delay = second.delay = 0.05
+        url2 = f"http://127.0.0.1:{httpd.server_address[1]}/v1"
+        backend = client(server, replicas=(url2,), max_concurrency=2)
+        out = backend.complete([str(i) for i in range(12)], SamplingParams())
+        assert [row[0].text for row in out] == [str(i) for i in range(12)]  # order kept
+        assert server.max_in_flight <= 2 and second.max_in_flight <= 2
+        assert len(server.bodies) + len(second.bodies) == 12
+        assert min(len(server.bodies), len(second.bodies)) >= 4  # both did a share
+    finally:
+        httpd.shutdown()
+
+
+def test_a_dead_replica_hands_its_requests_to_the_live_one(server):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    backend = client(server, replicas=(dead,), max_concurrency=2, down_wait_s=5)
+    out = backend.complete([str(i) for i in range(6)], SamplingParams())
+    assert [row[0].text for row in out] == [str(i) for i in range(6)]
+    assert len(server.bodies) == 6  # every request answered once, by the live server
+
+
+def test_calls_from_many_threads_share_one_limit(server):
+    server.delay = 0.05
+    backend = client(server, max_concurrency=3)
+    with ThreadPoolExecutor(4) as pool:
+        list(pool.map(lambda k: backend.complete([f"{k}-{i}" for i in range(3)],
+                                                 SamplingParams()), range(4)))
+    assert server.max_in_flight == 3 and len(server.bodies) == 12

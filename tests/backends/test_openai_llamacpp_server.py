@@ -1,68 +1,47 @@
 """The ``openai`` backend against a real OpenAI-compatible server on 127.0.0.1.
 
-The server is llama-cpp-python's (``llama_cpp.server``), launched through
-``pipeline.backends.llamacpp_serve`` so that it loads the model with the same AMX workaround
-as the embedded backend, serving the embedded SmolLM2 weights.
+The server is llama-cpp-python's (``llama_cpp.server``, see ``tests/backends/served.py``)
+serving the embedded SmolLM2 weights: generation, next-token readings equal to the embedded
+backend's, Magpie mining with the template read from the registry entry's GGUF, failures.
 """
 
-import os
-import socket
-import subprocess
-import sys
-import time
-from pathlib import Path
+import json
+import math
 
 import pytest
 
 from pipeline.backends import BackendError, ChatTemplateError, SamplingParams, create_backend
 from pipeline.models import ModelNotInstalledError, ModelSpec, load_registry, resolve_weights
+from tests.backends.served import ROOT, Served, free_port, python_server_command
 
 pytestmark = pytest.mark.models
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+# Same weights, same llama.cpp build, same prompt tokens on both sides: what is left is the
+# server's float32 log-softmax against the embedded float64 one (measured: at most 3e-7 over
+# 15 candidates x 8 readings). 1e-3 keeps a margin for a prompt evaluated in other ubatch
+# splits (llama.cpp's logits depend slightly on the split, and each side reuses the KV prefix
+# of its own previous prompt) while far below what moves a judge (a 1e-3 logprob is a 0.1%
+# relative change of a probability).
+LOGPROB_TOLERANCE = 1e-3
 
 
 @pytest.fixture(scope="module")
-def served(tmp_path_factory):
+def gguf():
+    try:
+        return resolve_weights(load_registry(ROOT / "configs/models.yaml")["smollm2-135m"])
+    except ModelNotInstalledError as exc:
+        pytest.skip(str(exc))
+
+
+@pytest.fixture(scope="module")
+def served(gguf, tmp_path_factory):
     pytest.importorskip("uvicorn")
     pytest.importorskip("sse_starlette")
     pytest.importorskip("starlette_context")
-    httpx = pytest.importorskip("httpx")
-    try:
-        gguf = resolve_weights(load_registry(ROOT / "configs/models.yaml")["smollm2-135m"])
-    except ModelNotInstalledError as exc:
-        pytest.skip(str(exc))
     port = free_port()
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    log_path = tmp_path_factory.mktemp("server") / "server.log"
-    log = open(log_path, "wb")  # noqa: SIM115 - a pipe would fill with the load log and block
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "pipeline.backends.llamacpp_serve", "--model", str(gguf),
-         "--model_alias", "smol", "--host", "127.0.0.1", "--port", str(port),
-         "--n_threads", "1", "--n_ctx", "1024", "--seed", "0", "--verbose", "false"],
-        cwd=ROOT, env=env, stdout=log, stderr=subprocess.STDOUT)
-    url = f"http://127.0.0.1:{port}/v1"
-    deadline = time.monotonic() + 90
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            pytest.fail(f"server exited: {log_path.read_text()[-2000:]}")
-        try:
-            if httpx.get(url + "/models", timeout=1).status_code == 200:
-                break
-        except httpx.HTTPError:
-            time.sleep(0.3)
-    else:
-        proc.kill()
-        pytest.fail("server did not come up within 90 s")
-    yield proc, url
-    proc.terminate()
-    proc.wait(20)
-    log.close()
+    server = Served(python_server_command(gguf, port), port,
+                    tmp_path_factory.mktemp("server") / "server.log").start(timeout=90)
+    yield server.proc, server.url
+    server.stop()
 
 
 def spec_for(url: str, **extra) -> ModelSpec:
@@ -90,13 +69,94 @@ def test_complete_and_chat_generate_real_text(served, tmp_path):
 
 def test_template_comes_from_the_registry_when_the_server_has_none(served):
     _, url = served
-    with pytest.raises(ChatTemplateError, match="does not report a chat template"):
+    with pytest.raises(ChatTemplateError, match="no chat template on the client.*set `tokenizer`"):
         create_backend(spec_for(url)).apply_chat_template([{"role": "user", "content": "x"}])
     backend = create_backend(spec_for(url, chat_template_source="registry",
                                       chat_template="{% for m in messages %}[{{ m.content }}]"
                                                     "{% endfor %}"))
     assert backend.apply_chat_template([{"role": "user", "content": "x"}]) == "[x]"
     assert len(backend.tokenize("hello world")) >= 2
+
+
+def test_next_token_logprobs_equal_the_embedded_backend(served, gguf, tmp_path):
+    from pipeline.backends.base import LogprobBackend
+    from stages.difficulty import DIGIT_SPELLINGS, YES_NO_SPELLINGS
+    from stages.judge_protocols import LETTER_SPELLINGS
+
+    _, url = served
+    embedded = create_backend(load_registry(ROOT / "configs/models.yaml")["smollm2-135m"],
+                              n_threads=1)
+    backend = create_backend(spec_for(url, tokenizer=str(gguf)), cache_dir=tmp_path)
+    assert isinstance(backend.inner, LogprobBackend)
+    assert backend.chat_template() == embedded.chat_template()  # from the GGUF, not the server
+    convs = [[{"role": "user", "content": f"Is {n} a prime number? Answer Yes or No."}]
+             for n in (7, 12)] + [[{"role": "user", "content": "Which is shorter, A: 'ab' or "
+                                                               "B: 'abc'? Answer A or B."}]]
+    readings = compared = 0
+    for spellings, prefill in ((YES_NO_SPELLINGS, ""), (DIGIT_SPELLINGS, "Difficulty: "),
+                               (LETTER_SPELLINGS, "")):
+        candidates = sorted({t for texts in spellings.values() for t in texts})
+        local = embedded.next_token_logprobs(convs, candidates, prefill)
+        remote = backend.next_token_logprobs(convs, candidates, prefill)
+        for (want, _), (got, error) in zip(local, remote, strict=True):
+            assert error is None
+            assert set(got) == set(want)  # the same single-token candidates
+            finite = {c: v for c, v in got.items() if math.isfinite(v)}
+            for c, v in finite.items():
+                assert abs(v - want[c]) <= LOGPROB_TOLERANCE, (c, v, want[c])
+            kth = min(finite.values(), default=max(want.values()))
+            for c in set(got) - set(finite):  # below the server's top 20: below its 20th
+                assert want[c] <= kth + LOGPROB_TOLERANCE
+            compared += len(finite)
+            readings += 1
+        # through the request cache: the same readings again, no request
+        assert backend.next_token_logprobs(convs, candidates, prefill) == remote
+    assert readings == 9 and compared >= 20  # most readings hold candidates in the top 20
+    assert backend.cache_stats()["hits"] == 9
+    embedded.close()
+
+
+def test_mining_uses_the_template_from_the_registry_entry(served, gguf, tmp_path):
+    import httpx
+
+    from pipeline.config import load_config
+    from pipeline.context import RunContext, close_process_resources
+    from stages import mine
+    from stages.pre_query import build_pre_query
+
+    _, url = served
+    assert httpx.get(url.removesuffix("/v1") + "/props").status_code == 404  # nothing to ask
+    models = tmp_path / "models.yaml"
+    entry = {"id": "smol-served", "backend": "openai", "family": "smollm2", "base_url": url,
+             "model_name": "smol", "tokenizer": str(gguf), "stop": ["<|im_end|>"],
+             "n_ctx": 1024, "options": {"max_concurrency": 2}}
+    models.write_text(json.dumps({"models": [entry]}))  # JSON is YAML
+    config = tmp_path / "served.yaml"
+    config.write_text(f"name: served\nmodels_file: {models}\nexperts: [smol-served]\n"
+                      "runner: {kind: inline, request_cache: false}\n")
+    ctx = RunContext(tmp_path / "run", load_config(config), threads=1)
+    try:
+        cfg = mine.MineConfig(miners=["smol-served"], samples_per_language=4, max_tokens=24)
+        mined = mine.run(mine.plan(cfg, ctx), cfg, ctx)
+        embedded = create_backend(load_registry(ROOT / "configs/models.yaml")["smollm2-135m"],
+                                  n_threads=1)
+
+        def render(messages, add_generation_prompt):
+            return embedded.apply_chat_template(messages, add_generation_prompt)
+
+        expected = build_pre_query(render, "smollm2", "auto", cfg.system_for("Python"))
+        embedded.close()
+        served_backend = ctx.backend("smol-served")
+        sent = build_pre_query(lambda m, g: served_backend.apply_chat_template(m, g), "smollm2",
+                               "auto", cfg.system_for("Python"))
+        assert sent == expected  # the prompt, its shape and stops: as the embedded model's
+    finally:
+        close_process_resources()
+    rows = mined.to_pylist()
+    assert sorted(r["sample_index"] for r in rows) == [0, 1, 2, 3]
+    assert {r["template"] for r in rows} == {expected.template}
+    assert expected.template.startswith("chat_template/")  # rendered from the GGUF's template
+    assert all(r["finish_reason"] in ("stop", "length") and r["raw"] for r in rows)
 
 
 def test_request_timing_out_is_a_value(served):
@@ -110,6 +170,6 @@ def test_server_down_is_a_clear_error(served):
     proc, url = served
     proc.kill()  # not terminate: uvicorn would first finish the timed-out generation
     proc.wait(20)
-    backend = create_backend(spec_for(url), backoff_s=0.05, max_retries=1)
+    backend = create_backend(spec_for(url), backoff_s=0.05, down_wait_s=0.5)
     with pytest.raises(BackendError, match="cannot reach .* at http://127.0.0.1"):
         backend.chat([[{"role": "user", "content": "hi"}]], SamplingParams(max_tokens=4))
