@@ -19,6 +19,16 @@ in the same process (target: >= 3x at the best size for the 0.5B model). ``--thr
 to 1, what each of the pipeline's model workers uses (one per core)::
 
     python scripts/bench_backends.py --batch --models qwen2.5-coder-0.5b --batch-sizes 1 4 8 16
+
+``--server`` measures instead one llama.cpp ``llama-server`` with ``--parallel`` slots (started
+here on a free loopback port from ``--llama-server``, default ``$LLAMA_SERVER`` or ``PATH``),
+driven by arenaforge's ``openai`` backend (``max_concurrency`` = ``--concurrency``, default the
+slot count) against a saturating client of the same requests: a plain thread pool of httpx
+calls with every request in flight at once. The two alternate, back to back, ``--reps`` times;
+throughput is completion tokens over wall time (target: arenaforge >= 90% of the saturating
+client)::
+
+    python scripts/bench_backends.py --server --models smollm2-135m --parallel 4
 """
 
 from __future__ import annotations
@@ -133,6 +143,85 @@ def bench_batch(spec, args) -> list[dict]:
     return rows
 
 
+def bench_server(spec, args) -> dict:
+    """Wall time of the same requests through arenaforge and through a saturating client."""
+    import os
+    from concurrent.futures import ThreadPoolExecutor
+
+    import httpx
+
+    from pipeline.backends.llamacpp_serve import (
+        Served,
+        free_port,
+        llama_server_binary,
+        llama_server_command,
+    )
+    from pipeline.backends.openai_server import request_body
+    from pipeline.models import ModelSpec, resolve_weights
+
+    binary = args.llama_server or llama_server_binary()
+    if not binary:
+        raise SystemExit("--server needs llama.cpp's llama-server: pass --llama-server PATH or "
+                         "set LLAMA_SERVER")
+    gguf = resolve_weights(spec)
+    port = free_port()
+    threads = args.server_threads or os.cpu_count() or 1
+    log_path = Path(args.server_log)
+    server = Served(llama_server_command(binary, gguf, port, parallel=args.parallel,
+                                         threads=threads), port, log_path).start()
+    concurrency = args.concurrency or args.parallel
+    served = ModelSpec(id=f"{spec.id}-served", backend="openai", family=spec.family,
+                       base_url=server.url, model_name="smol", tokenizer=str(gguf),
+                       stop=spec.stop, options={"max_concurrency": concurrency})
+    backend = create_backend(served)  # no request cache: every call reaches the server
+    convs = [[{"role": "user", "content": t}] for t in
+             (BATCH_TASKS * (args.server_requests // len(BATCH_TASKS) + 1))[:args.server_requests]]
+    prompts = [backend.apply_chat_template(c) for c in convs]
+    params = SamplingParams(max_tokens=args.max_tokens, seed=0, stop=list(spec.stop))
+    bodies = [request_body("smol", params, params.sample_seed(0), prompt=p) for p in prompts]
+    client = httpx.Client(timeout=600, limits=httpx.Limits(max_connections=len(bodies)))
+
+    def saturating() -> tuple[list[str], int]:
+        with ThreadPoolExecutor(max_workers=len(bodies)) as pool:
+            answers = list(pool.map(lambda b: client.post(server.url + "/completions",
+                                                          json=b).json(), bodies))
+        return ([a["choices"][0]["text"] for a in answers],
+                sum(a["usage"]["completion_tokens"] for a in answers))
+
+    def arenaforge() -> tuple[list[str], int]:
+        out = backend.complete(prompts, params)
+        assert all(row[0].error is None for row in out), [row[0].error for row in out]
+        return [row[0].text for row in out], sum(row[0].completion_tokens for row in out)
+
+    try:
+        saturating(), arenaforge()  # warm-up: first decodes allocate buffers
+        times = {"saturating": 0.0, "arenaforge": 0.0}
+        tokens = {"saturating": 0, "arenaforge": 0}
+        same = 0
+        load_before = os.getloadavg()
+        for _ in range(args.reps):
+            texts = {}
+            for name, fn in (("saturating", saturating), ("arenaforge", arenaforge)):
+                start = time.perf_counter()
+                texts[name], n = fn()
+                times[name] += time.perf_counter() - start
+                tokens[name] += n
+            same += sum(a == b for a, b in zip(texts["saturating"], texts["arenaforge"],
+                                               strict=True))
+        load_after = os.getloadavg()
+    finally:
+        backend.close()
+        client.close()
+        server.stop()
+    rate = {k: tokens[k] / times[k] for k in times}
+    return {"model": spec.id, "parallel": args.parallel, "concurrency": concurrency,
+            "requests": len(bodies), "reps": args.reps, "server_threads": threads,
+            "saturating_tok_s": rate["saturating"], "arenaforge_tok_s": rate["arenaforge"],
+            "ratio": rate["arenaforge"] / rate["saturating"], "tokens": tokens,
+            "wall_s": times, "same_text": same, "load_before": load_before,
+            "load_after": load_after}
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--registry", default=str(ROOT / "configs" / "models.yaml"))
@@ -144,8 +233,31 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--batch", action="store_true", help="benchmark batch sizes instead")
     parser.add_argument("--batch-sizes", type=int, nargs="+", default=[1, 4, 8, 16])
     parser.add_argument("--batch-prompts", type=int, default=16)
+    parser.add_argument("--server", action="store_true",
+                        help="benchmark one llama-server through arenaforge vs a saturating client")
+    parser.add_argument("--llama-server", help="llama.cpp's llama-server binary")
+    parser.add_argument("--parallel", type=int, default=4, help="llama-server slots")
+    parser.add_argument("--concurrency", type=int, help="arenaforge's max_concurrency")
+    parser.add_argument("--server-requests", type=int, default=32)
+    parser.add_argument("--server-threads", type=int, help="llama-server threads (all cores)")
+    parser.add_argument("--server-log", default="/tmp/arenaforge-bench-llama-server.log")
     args = parser.parse_args(argv)
     registry = load_registry(args.registry)
+    if args.server:
+        for model_id in args.models or ["smollm2-135m"]:
+            row = bench_server(registry[model_id], args)
+            print(f"{row['model']}: llama-server --parallel {row['parallel']} "
+                  f"({row['server_threads']} threads), {row['requests']} requests x "
+                  f"{row['reps']}, max_tokens {args.max_tokens}; arenaforge max_concurrency "
+                  f"{row['concurrency']}")
+            for name in ("saturating", "arenaforge"):
+                print(f"  {name:10}: {row['tokens'][name]:6d} tokens in "
+                      f"{row['wall_s'][name]:7.1f}s = {row[name + '_tok_s']:6.1f} tok/s")
+            print(f"  arenaforge / saturating throughput: {row['ratio']:.1%} (target >= 90%); "
+                  f"identical texts {row['same_text']}/{row['requests'] * row['reps']}; "
+                  "load average %.2f -> %.2f" % (row["load_before"][0], row["load_after"][0]),
+                  flush=True)
+        return 0
     ids = args.models or [k for k, s in registry.items() if s.backend == "llamacpp"]
     if args.batch:
         for model_id in ids:

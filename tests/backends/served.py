@@ -1,94 +1,32 @@
-"""Start and stop real OpenAI-compatible llama.cpp servers on 127.0.0.1 for the backend tests.
+"""Real OpenAI-compatible llama.cpp servers on 127.0.0.1 for the backend tests.
 
-Two servers are used: llama-cpp-python's (``llama_cpp.server``, one request at a time), launched
-through ``pipeline.backends.llamacpp_serve`` so that it loads the model with the same AMX
-workaround as the embedded backend; and llama.cpp's own ``llama-server`` (continuous batching
-over ``--parallel`` slots), when a binary is found (``$LLAMA_SERVER`` or on ``PATH``).
+The launchers live in :mod:`pipeline.backends.llamacpp_serve` (the benchmark uses them too).
 """
 
 from __future__ import annotations
 
-import os
-import shutil
-import socket
-import subprocess
-import sys
-import time
+import json
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[2]
+from pipeline.backends.llamacpp_serve import (  # noqa: F401 - re-exported for the tests
+    ROOT,
+    Served,
+    free_port,
+    llama_server_binary,
+    llama_server_command,
+    python_server_command,
+)
 
 
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def llama_server_binary() -> str | None:
-    """llama.cpp's ``llama-server``: ``$LLAMA_SERVER``, else the one on ``PATH``."""
-    found = os.environ.get("LLAMA_SERVER") or shutil.which("llama-server")
-    return found if found and os.access(found, os.X_OK) else None
-
-
-def python_server_command(gguf: Path, port: int, alias: str = "smol", n_ctx: int = 1024,
-                          threads: int = 1) -> list[str]:
-    """llama-cpp-python's server (``logits_all`` is on by default: it can give logprobs)."""
-    return [sys.executable, "-m", "pipeline.backends.llamacpp_serve", "--model", str(gguf),
-            "--model_alias", alias, "--host", "127.0.0.1", "--port", str(port),
-            "--n_threads", str(threads), "--n_ctx", str(n_ctx), "--seed", "0",
-            "--verbose", "false"]
-
-
-def llama_server_command(binary: str, gguf: Path, port: int, alias: str = "smol",
-                         parallel: int = 4, n_ctx_per_slot: int = 1024,
-                         threads: int = 1) -> list[str]:
-    """llama.cpp's server with ``parallel`` slots of ``n_ctx_per_slot`` tokens each."""
-    return [binary, "-m", str(gguf), "--alias", alias, "--host", "127.0.0.1",
-            "--port", str(port), "--parallel", str(parallel),
-            "--ctx-size", str(parallel * n_ctx_per_slot), "--threads", str(threads),
-            "--threads-batch", str(threads), "--no-webui", "--log-disable"]
-
-
-class Served:
-    """One server process; ``url`` is its API root (``.../v1``). Restartable on its port."""
-
-    def __init__(self, command: list[str], port: int, log_path: Path) -> None:
-        self.command, self.port, self.log_path = command, port, log_path
-        self.url = f"http://127.0.0.1:{port}/v1"
-        self.proc: subprocess.Popen | None = None
-
-    def start(self, timeout: float = 120) -> Served:
-        import httpx
-
-        log = open(self.log_path, "ab")  # noqa: SIM115 - a pipe would fill and block the server
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.proc = subprocess.Popen(self.command, cwd=ROOT, env=env, stdout=log,
-                                     stderr=subprocess.STDOUT)
-        log.close()
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"server exited: {self.log_path.read_text()[-2000:]}")
-            try:
-                if httpx.get(self.url + "/models", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.3)
-        self.kill()
-        raise RuntimeError(f"server did not come up within {timeout:g} s")
-
-    def kill(self) -> None:
-        """SIGKILL (a dying server mid-request, not a graceful stop)."""
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.kill()
-            self.proc.wait(20)
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.kill()
+def served_run_config(tmp_path: Path, url: str, gguf: Path, **options) -> Path:
+    """A run config (inline, no request cache) whose only expert is ``smol-served`` at ``url``,
+    its chat template read from ``gguf`` by the registry's ``tokenizer`` field."""
+    entry = {"id": "smol-served", "backend": "openai", "family": "smollm2", "base_url": url,
+             "model_name": "smol", "tokenizer": str(gguf), "stop": ["<|im_end|>"],
+             "n_ctx": 1024, "options": options}
+    models = tmp_path / "models.yaml"
+    models.write_text(json.dumps({"models": [entry]}))  # JSON is YAML
+    config = tmp_path / "served.yaml"
+    config.write_text(f"name: served\nmodels_file: {models}\nexperts: [smol-served]\n"
+                      "runner: {kind: inline, request_cache: false}\n")
+    return config

@@ -5,14 +5,19 @@ serving the embedded SmolLM2 weights: generation, next-token readings equal to t
 backend's, Magpie mining with the template read from the registry entry's GGUF, failures.
 """
 
-import json
 import math
 
 import pytest
 
 from pipeline.backends import BackendError, ChatTemplateError, SamplingParams, create_backend
 from pipeline.models import ModelNotInstalledError, ModelSpec, load_registry, resolve_weights
-from tests.backends.served import ROOT, Served, free_port, python_server_command
+from tests.backends.served import (
+    ROOT,
+    Served,
+    free_port,
+    python_server_command,
+    served_run_config,
+)
 
 pytestmark = pytest.mark.models
 # Same weights, same llama.cpp build, same prompt tokens on both sides: what is left is the
@@ -126,14 +131,7 @@ def test_mining_uses_the_template_from_the_registry_entry(served, gguf, tmp_path
 
     _, url = served
     assert httpx.get(url.removesuffix("/v1") + "/props").status_code == 404  # nothing to ask
-    models = tmp_path / "models.yaml"
-    entry = {"id": "smol-served", "backend": "openai", "family": "smollm2", "base_url": url,
-             "model_name": "smol", "tokenizer": str(gguf), "stop": ["<|im_end|>"],
-             "n_ctx": 1024, "options": {"max_concurrency": 2}}
-    models.write_text(json.dumps({"models": [entry]}))  # JSON is YAML
-    config = tmp_path / "served.yaml"
-    config.write_text(f"name: served\nmodels_file: {models}\nexperts: [smol-served]\n"
-                      "runner: {kind: inline, request_cache: false}\n")
+    config = served_run_config(tmp_path, url, gguf, max_concurrency=2)
     ctx = RunContext(tmp_path / "run", load_config(config), threads=1)
     try:
         cfg = mine.MineConfig(miners=["smol-served"], samples_per_language=4, max_tokens=24)
