@@ -37,6 +37,20 @@ def _load(path: Path, overrides: list[str] | None):
         _fail(str(exc))
 
 
+def _load_checked(path: Path, overrides: list[str] | None):
+    """A run config whose stage protocols every configured model can serve (nothing loads)."""
+    from pipeline.capability_check import check_protocol_capabilities
+    from pipeline.config import ConfigError
+
+    cfg = _load(path, overrides)
+    try:
+        check_protocol_capabilities(cfg, str(path) + (" (with --set overrides)" if overrides
+                                                      else ""))
+    except ConfigError as exc:
+        _fail(str(exc))
+    return cfg
+
+
 @app.callback()
 def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug logs.")] = False):
     logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
@@ -64,7 +78,7 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     overrides += [f"name={name}"] if name else []
     overrides += [f"runner.kind={runner}"] if runner else []
     overrides += [f"runner.ray_address={ray_address}"] if ray_address else []
-    cfg = _load(config, overrides)
+    cfg = _load_checked(config, overrides)
     try:
         result = run_pipeline(cfg, fresh=fresh, show_progress=not quiet)
     except (StoreError, ContractChainError, ModelUnavailableError) as exc:
@@ -83,8 +97,9 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
 
 @config_app.command("validate")
 def config_validate(file: Path, set_: SetOpt = None) -> None:
-    """Validate a config (exit 2 with the field path on error)."""
-    cfg = _load(file, set_)
+    """Validate a config: fields, model ids, and that each model can serve its stage's
+    protocol (exit 2 naming the field, or the model, stage and protocol, on error)."""
+    cfg = _load_checked(file, set_)
     console.print(f"{file}: ok (config hash {cfg.config_hash()})")
 
 

@@ -15,10 +15,13 @@ the 1-9 vote of the 0.5B judge is nearly flat (4.7-5.5), while its P(Yes) ranks 
 
 Rows without a valid vote are dropped as ``no_valid_vote``, with fewer than ``min_valid_votes``
 as ``too_few_valid_votes``; rows whose
-mean is below ``min_difficulty`` as ``below_min_difficulty``. The prompt lives in
-``pipeline/prompts/difficulty_*.txt``. Two protocols:
+mean is below ``min_difficulty`` as ``below_min_difficulty``. The prompts live in
+``pipeline/prompts/difficulty_*.txt``. Two protocols, one object each in ``PROTOCOLS`` (its
+templates, its request, its pure parsing and the backend capability it needs, which
+``arenaforge config validate`` checks against each judge):
 
-- ``logprob`` (default, embedded llama.cpp judges): the judge is asked for one digit 1-9 and the
+- ``logprob`` (default; judges whose backend reads next-token logprobs: llama.cpp, servers,
+  vLLM): the judge is asked for one digit 1-9 and the
   vote is the expected digit under its next-token probabilities. It costs one prompt evaluation
   and no generated tokens, and the rubric comes before the request so that llama.cpp reuses the
   evaluated rubric across requests. A vote whose digits hold less than ``min_choice_mass`` of the
@@ -26,22 +29,24 @@ mean is below ``min_difficulty`` as ``below_min_difficulty``. The prompt lives i
   4 of 11 requests; this reading cannot miss a format.
 - ``generative``: the judge writes a justification and ``[[N]]`` (1-10, the strict bracketed
   format of MT-Bench-style judges); anything else is a parse error, never a number. For judges
-  behind servers that expose no next-token probabilities.
+  whose backend only chats (transformers).
 """
 
 from __future__ import annotations
 
 import re
-from functools import cache
-from pathlib import Path
-from typing import Literal
+from collections.abc import Mapping
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field
 
+from pipeline.backends.capabilities import Capability, CapabilityNeed, protocol_needs
 from pipeline.stage import StageConfig, StageResult, StageSpec
+from stages import judge_logits
+from stages.judge_logits import BACKEND_ERROR, choice_reading, expected_score
+from stages.prompt_templates import fill, load_template
 
-PROMPTS = Path(__file__).resolve().parent.parent / "pipeline" / "prompts"
 SCORE_MIN, SCORE_MAX = 1, 10
 _BRACKETED = re.compile(r"\[\[(.*?)\]\]", re.DOTALL)
 _INTEGER = re.compile(r"[+-]?\d+")
@@ -49,10 +54,87 @@ _INTEGER = re.compile(r"[+-]?\d+")
 LOGPROB_MAX = 9  # one digit: "10" would be two tokens, and P("1") would mean both 1 and 10
 DIGIT_SPELLINGS = {str(k): (str(k), f" {k}") for k in range(SCORE_MIN, LOGPROB_MAX + 1)}
 YES_NO_SPELLINGS = {"yes": ("Yes", " Yes", "yes"), "no": ("No", " No", "no")}
+SYSTEM_TEMPLATE = "difficulty_system.txt"
 
 # score is a float: the logprob protocol's vote is an expected digit, the generative one an integer.
 VOTE_TYPE = pa.struct([("judge", pa.string()), ("score", pa.float64()), ("raw", pa.string()),
                        ("parse_error", pa.string())])
+Conversation = list[dict[str, str]]
+
+
+def _conversation(template: str, instruction: str) -> Conversation:
+    # fill, not str.format: requests contain braces (code) that format would parse.
+    return [{"role": "system", "content": load_template(SYSTEM_TEMPLATE)},
+            {"role": "user", "content": fill(load_template(template), instruction=instruction)}]
+
+
+class DifficultyProtocol:
+    """One difficulty protocol: its templates, the request of an instruction, how a reply
+    becomes a vote (pure), and the backend capability it needs."""
+
+    name: ClassVar[str]
+    template: ClassVar[str]
+    needs: ClassVar[Capability]
+    asks_task: ClassVar[bool] = False  # also asks the concrete-task question (``min_task_prob``)
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        """Every template file this protocol fills."""
+        return (SYSTEM_TEMPLATE, self.template)
+
+    def conversation(self, instruction: str) -> Conversation:
+        """The judge conversation rating one request."""
+        return _conversation(self.template, instruction)
+
+    def parse(self, reply, cfg: DifficultyConfig) -> tuple[float | None, str, str | None]:
+        """``(score, raw, None)`` or ``(None, raw, error)`` from one backend reply."""
+        raise NotImplementedError
+
+
+class GenerativeDifficulty(DifficultyProtocol):
+    """The judge writes a justification and ``[[N]]``, N in 1-10."""
+
+    name, template, needs = "generative", "difficulty_user.txt", "chat"
+
+    def parse(self, reply, cfg):
+        if reply.finish_reason == "error":
+            return None, reply.text, BACKEND_ERROR + str(reply.error)
+        score, error = parse_score(reply.text)
+        return score, reply.text, error
+
+
+class LogprobDifficulty(DifficultyProtocol):
+    """The expected 1-9 digit under the judge's next-token probabilities; also P(Yes) to the
+    concrete-task question."""
+
+    name, template, needs = "logprob", "difficulty_logprob_user.txt", "next_token_logprobs"
+    task_template: ClassVar[str] = "difficulty_task_user.txt"
+    spellings: ClassVar[Mapping[str, tuple[str, ...]]] = DIGIT_SPELLINGS
+    task_spellings: ClassVar[Mapping[str, tuple[str, ...]]] = YES_NO_SPELLINGS
+    asks_task = True
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        return (*super().templates, self.task_template)
+
+    def task_conversation(self, instruction: str) -> Conversation:
+        """The yes/no question: does the request state a concrete programming task?"""
+        return _conversation(self.task_template, instruction)
+
+    def parse(self, reply, cfg):
+        probs, raw, error = choice_reading(reply, self.spellings, cfg.min_choice_mass,
+                                           tokens="digit tokens")
+        return (None if probs is None else expected_score(probs)), raw, error
+
+    def parse_task(self, reply, cfg: DifficultyConfig) -> float | None:
+        """P(Yes), or ``None`` when the reading failed or holds too little yes/no mass."""
+        probs, _, _ = choice_reading(reply, self.task_spellings, cfg.min_choice_mass)
+        return None if probs is None else probs["yes"]
+
+
+PROTOCOLS: dict[str, DifficultyProtocol] = {
+    p.name: p for p in (LogprobDifficulty(), GenerativeDifficulty())}
+ProtocolName = Literal[tuple(PROTOCOLS)]  # type: ignore[valid-type]
 
 
 class DifficultyConfig(StageConfig):
@@ -60,9 +142,9 @@ class DifficultyConfig(StageConfig):
 
     judges: list[str] | None = Field(default=None,
                                      description="Judge model ids; default: the run's judges.")
-    protocol: Literal["logprob", "generative"] = Field(
-        default="logprob", description="logprob: expected 1-9 digit from next-token "
-        "probabilities (llama.cpp judges); generative: written [[N]] rating 1-10.")
+    protocol: ProtocolName = Field(
+        default=LogprobDifficulty.name, description="logprob: expected 1-9 digit from "
+        "next-token probabilities; generative: written [[N]] rating 1-10.")
     min_choice_mass: float = Field(
         default=0.5, ge=0.0, lt=1.0, description="logprob: a vote whose digit tokens hold less "
         "probability than this is a parse error.")
@@ -78,22 +160,18 @@ class DifficultyConfig(StageConfig):
     temperature: float = Field(default=0.0, ge=0)
     batch_size: int = Field(default=16, ge=1, description="Conversations per backend call.")
 
+    def judge_ids(self, run_cfg) -> list[str]:
+        """The judges this stage asks: its own ``judges``, else the run's."""
+        return list(self.judges) if self.judges is not None else list(run_cfg.judge_ids)
 
-@cache
-def load_prompt(name: str) -> str:
-    """A prompt template from ``pipeline/prompts`` (``difficulty_system`` / ``difficulty_user``)."""
-    return (PROMPTS / f"{name}.txt").read_text(encoding="utf-8").strip()
+    def capability_needs(self, run_cfg) -> list[CapabilityNeed]:
+        """What each judge's backend must serve for ``protocol`` (checked at config time)."""
+        return protocol_needs("difficulty", PROTOCOLS, self.protocol, self.judge_ids(run_cfg))
 
 
-def build_conversation(instruction: str, protocol: str = "generative") -> list[dict[str, str]]:
-    """The judge conversation for one request under ``protocol`` (or ``"task"``: the yes/no
-    concrete-task question)."""
-    name = {"logprob": "difficulty_logprob_user", "task": "difficulty_task_user"}.get(
-        protocol, "difficulty_user")
-    # str.replace, not str.format: requests contain braces (code) that format would parse.
-    user = load_prompt(name).replace("{instruction}", instruction)
-    return [{"role": "system", "content": load_prompt("difficulty_system")},
-            {"role": "user", "content": user}]
+def build_conversation(instruction: str, protocol: str = "generative") -> Conversation:
+    """The judge conversation for one request under ``protocol``."""
+    return PROTOCOLS[protocol].conversation(instruction)
 
 
 def parse_score(text: str | None) -> tuple[int | None, str | None]:
@@ -131,43 +209,49 @@ def summarize_votes(votes: list[dict]) -> tuple[float | None, int]:
     return (sum(scores) / len(scores) if scores else None), len(scores)
 
 
-def logprob_votes(backend, judge: str, instructions: list[str],
-                  cfg: DifficultyConfig) -> list[dict]:
-    """One vote per instruction: the expected 1-9 digit under the judge's next-token probabilities."""
-    from stages.judge_logits import next_token_logprobs
-    from stages.judge_protocols import choice_probabilities, describe_probabilities
+def read_logprobs(backend, protocol: DifficultyProtocol, instructions: list[str],
+                  cfg: DifficultyConfig, seed: int) -> list:
+    """Next-token readings of the protocol's requests, one backend call."""
+    convs = [protocol.conversation(t) for t in instructions]
+    return judge_logits.next_token_logprobs(backend, convs, protocol.spellings) if convs else []
 
-    convs = [build_conversation(t, "logprob") for t in instructions]
-    votes: list[dict] = []
-    for logprobs, error in next_token_logprobs(backend, convs, DIGIT_SPELLINGS) if convs else []:
-        score, raw = None, ""
-        if error is not None:
-            error = f"backend error: {error}"
-        else:
-            probs, mass = choice_probabilities(logprobs, DIGIT_SPELLINGS)
-            raw = describe_probabilities(probs, mass)
-            if not probs or mass < cfg.min_choice_mass:
-                error = (f"digit tokens hold {mass:.4f} of the probability, "
-                         f"below min_choice_mass {cfg.min_choice_mass}")
-            else:
-                score = sum(int(d) * p for d, p in probs.items())
+
+def read_chat(backend, protocol: DifficultyProtocol, instructions: list[str],
+              cfg: DifficultyConfig, seed: int) -> list:
+    """Generated replies of the protocol's requests, ``batch_size`` per backend call."""
+    from pipeline.backends.base import SamplingParams
+
+    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                            seed=seed)
+    replies = []
+    for start in range(0, len(instructions), cfg.batch_size):
+        batch = instructions[start:start + cfg.batch_size]
+        replies += [r[0] for r in backend.chat([protocol.conversation(t) for t in batch], params)]
+    return replies
+
+
+# How a protocol's requests reach the backend, by the capability it needs.
+READERS = {"chat": read_chat, "next_token_logprobs": read_logprobs}
+
+
+def judge_votes(backend, judge: str, instructions: list[str], cfg: DifficultyConfig,
+                seed: int) -> list[dict]:
+    """One vote (judge, score, raw, parse_error) per instruction from one judge backend."""
+    protocol = PROTOCOLS[cfg.protocol]
+    votes = []
+    for reply in READERS[protocol.needs](backend, protocol, instructions, cfg, seed):
+        score, raw, error = protocol.parse(reply, cfg)
         votes.append({"judge": judge, "score": score, "raw": raw, "parse_error": error})
     return votes
 
 
-def task_probabilities(backend, instructions: list[str],
+def task_probabilities(backend, protocol: LogprobDifficulty, instructions: list[str],
                        cfg: DifficultyConfig) -> list[float | None]:
     """P(Yes) per instruction to the concrete-task question (``None``: no usable reading)."""
-    from stages.judge_logits import next_token_logprobs
-    from stages.judge_protocols import choice_probabilities
-
-    convs = [build_conversation(t, "task") for t in instructions]
-    out: list[float | None] = []
-    for logprobs, error in next_token_logprobs(backend, convs, YES_NO_SPELLINGS) if convs else []:
-        probs, mass = choice_probabilities(logprobs or {}, YES_NO_SPELLINGS)
-        out.append(probs["yes"] if error is None and probs and mass >= cfg.min_choice_mass
-                   else None)
-    return out
+    convs = [protocol.task_conversation(t) for t in instructions]
+    readings = (judge_logits.next_token_logprobs(backend, convs, protocol.task_spellings)
+                if convs else [])
+    return [protocol.parse_task(r, cfg) for r in readings]
 
 
 def mean_task_probability(per_judge: list[list[float | None]]) -> list[float | None]:
@@ -183,41 +267,18 @@ def mean_task_probability(per_judge: list[list[float | None]]) -> list[float | N
     return out
 
 
-def judge_votes(backend, judge: str, instructions: list[str], cfg: DifficultyConfig,
-                seed: int) -> list[dict]:
-    """One vote (judge, score, raw, parse_error) per instruction from one judge backend."""
-    from pipeline.backends.base import SamplingParams
-
-    if cfg.protocol == "logprob":
-        return logprob_votes(backend, judge, instructions, cfg)
-    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
-                            seed=seed)
-    votes: list[dict] = []
-    for start in range(0, len(instructions), cfg.batch_size):
-        batch = instructions[start:start + cfg.batch_size]
-        replies = backend.chat([build_conversation(t, "generative") for t in batch], params)
-        for reply in replies:
-            completion = reply[0]
-            if completion.finish_reason == "error":
-                score, error = None, f"backend error: {completion.error}"
-            else:
-                score, error = parse_score(completion.text)
-            votes.append({"judge": judge, "score": score, "raw": completion.text,
-                          "parse_error": error})
-    return votes
-
-
 def run(table: pa.Table, cfg: DifficultyConfig, ctx) -> StageResult:
     """Collect every judge's vote per request, add the mean, drop unrated and easy rows."""
-    judges = list(cfg.judges) if cfg.judges is not None else list(ctx.config.judge_ids)
+    judges = cfg.judge_ids(ctx.config)
     if not judges:
         raise ValueError("difficulty.judges: no judge configured")
     instructions = table.column("instruction").to_pylist()
     per_judge = [judge_votes(ctx.backend(j), j, instructions, cfg, ctx.seed) for j in judges]
     votes = [list(row) for row in zip(*per_judge)] if instructions else []
     summaries = [summarize_votes(v) for v in votes]
-    ask_task = cfg.protocol == "logprob" and cfg.min_task_prob is not None
-    task = (mean_task_probability([task_probabilities(ctx.backend(j), instructions, cfg)
+    protocol = PROTOCOLS[cfg.protocol]
+    ask_task = protocol.asks_task and cfg.min_task_prob is not None
+    task = (mean_task_probability([task_probabilities(ctx.backend(j), protocol, instructions, cfg)
                                    for j in judges]) if ask_task else [None] * len(instructions))
     ctx.advance(len(instructions))
 

@@ -34,8 +34,12 @@ from typing import Literal
 import pyarrow as pa
 from pydantic import Field
 
+from pipeline.backends.capabilities import CapabilityNeed, protocol_needs
 from pipeline.stage import StageConfig, StageResult, StageSpec
+from stages import judge_logits
 from stages import judge_protocols as jp
+from stages.judge_logits import BACKEND_ERROR
+from stages.judge_protocols import Battle
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +47,7 @@ log = logging.getLogger(__name__)
 # where exactly one answer passes): pointwise_logprob agreed with execution on 19/20 battles
 # (95% CI 75-100%), pairwise_logprob 16/20 (56-94%); the generative protocols mostly broke the
 # output format (see the compare_judges table in the judge stage's commit/report).
-DEFAULT_PROTOCOL = "pointwise_logprob"
+DEFAULT_PROTOCOL = jp.PointwiseLogprob.name
 OUTPUT_SCHEMA = pa.schema([
     ("instruction_id", pa.string()), ("model_a", pa.string()), ("model_b", pa.string()),
     ("judge", pa.string()), ("order", pa.string()), ("verdict", pa.string()),
@@ -57,9 +61,9 @@ OUTPUT_SCHEMA = pa.schema([
 class JudgeConfig(StageConfig):
     """Which judges, which protocol, and their budget."""
 
-    protocol: jp.Protocol = Field(default=DEFAULT_PROTOCOL,
-                                  description="pairwise | pointwise | pairwise_logprob | "
-                                              "pointwise_logprob (see stages/judge_protocols.py)")
+    protocol: jp.ProtocolName = Field(default=DEFAULT_PROTOCOL,
+                                      description=" | ".join(jp.PROTOCOLS)
+                                      + " (see stages/judge_protocols.py)")
     judges: list[str] | None = Field(default=None,
                                      description="Judge model ids; default: the run's judges.")
     max_judges: int | None = Field(default=None, ge=1,
@@ -87,22 +91,13 @@ class JudgeConfig(StageConfig):
         "with the reply started for the judge ('Score: ' / 'Answer: '); SmolLM2-135M's digit "
         "mass went from 0.03-0.15 to 0.55-0.70 on 12 answers of a default run.")
 
+    def judge_ids(self, run_cfg) -> list[str]:
+        """The judges this stage asks: its own ``judges``, else the run's."""
+        return list(self.judges) if self.judges is not None else list(run_cfg.judge_ids)
 
-# The start of the reply a retried logprob reading is made to continue (``retry_prefill``).
-RETRY_PREFILL = {"pointwise_logprob": "Score: ", "pairwise_logprob": "Answer: "}
-
-
-@dataclasses.dataclass(frozen=True)
-class Battle:
-    """Two answers to one instruction; ``model_a < model_b``."""
-
-    instruction_id: str
-    instruction: str
-    model_a: str
-    model_b: str
-    answer_a: str
-    answer_b: str
-    reference: str | None = None
+    def capability_needs(self, run_cfg) -> list[CapabilityNeed]:
+        """What each judge's backend must serve for ``protocol`` (checked at config time)."""
+        return protocol_needs("judge", jp.PROTOCOLS, self.protocol, self.judge_ids(run_cfg))
 
 
 def enumerate_battles(table: pa.Table, cfg: JudgeConfig) -> list[Battle]:
@@ -141,180 +136,60 @@ def eligible_judges(battle: Battle, judges: list[str], allow_self: bool,
     return chosen[:max_judges] if max_judges is not None else chosen
 
 
-def _row(b: Battle, judge: str, order: str, protocol: str, verdict: str | None, *,
-         raw: str | None, parse_error: str | None = None, rationale: str | None = None,
-         score_a: int | None = None, score_b: int | None = None, prob_a: float | None = None,
-         expected: tuple[float | None, float | None] = (None, None)) -> dict:
+def _row(b: Battle, judge: str, order: str, protocol: str, j: jp.Judgement) -> dict:
     return {"instruction_id": b.instruction_id, "model_a": b.model_a, "model_b": b.model_b,
-            "judge": judge, "order": order, "verdict": verdict, "score_a": score_a,
-            "score_b": score_b, "rationale": rationale, "raw": raw, "parse_error": parse_error,
-            "protocol": protocol, "position_first_chosen": jp.first_chosen(verdict, order),
-            "prob_a": prob_a, "expected_score_a": expected[0], "expected_score_b": expected[1]}
+            "judge": judge, "order": order, "protocol": protocol,
+            "position_first_chosen": jp.first_chosen(j.verdict, order),
+            **dataclasses.asdict(j)}
 
 
-def _shown(b: Battle, order: str) -> tuple[str, str]:
-    return (b.answer_a, b.answer_b) if order == "ab" else (b.answer_b, b.answer_a)
-
-
-def _params(cfg: JudgeConfig, seed: int):
+def read_chat(backend, protocol: jp.JudgeProtocol, convs: list, cfg: JudgeConfig,
+              seed: int) -> list[jp.Reply]:
+    """Generated replies, one batch, each parsed by the protocol."""
     from pipeline.backends.base import SamplingParams
 
-    return SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=seed)
+    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=seed)
+    replies = backend.chat(convs, params) if convs else []
+    return [protocol.parse(reply[0], cfg) for reply in replies]
 
 
-def judge_pairwise(backend, judge: str, battles: list[Battle], cfg: JudgeConfig,
-                   seed: int) -> list[dict]:
-    """``pairwise``: one generated verdict per order."""
-    tasks = [(b, o) for b in battles for o in jp.ORDERS]
-    convs = [jp.pair_conversation("pairwise", b.instruction, *_shown(b, o), b.reference)
-             for b, o in tasks]
-    replies = backend.chat(convs, _params(cfg, seed)) if convs else []
-    rows = []
-    for (b, order), reply in zip(tasks, replies, strict=True):
-        c = reply[0]
-        if c.error is not None:
-            rows.append(_row(b, judge, order, "pairwise", None, raw=c.text,
-                             parse_error=f"backend error: {c.error}"))
-            continue
-        # A verdict written before the budget ran out is still a verdict; a reply cut before
-        # it has none and parses as an error.
-        shown, rationale, error = jp.parse_verdict(c.text)
-        rows.append(_row(b, judge, order, "pairwise", jp.to_model_verdict(shown, order),
-                         raw=c.text, parse_error=error, rationale=rationale))
-    return rows
+def read_logprobs(backend, protocol: jp.JudgeProtocol, convs: list, cfg: JudgeConfig,
+                  seed: int) -> list[jp.Reply]:
+    """Next-token readings, each parsed by the protocol.
 
-
-def _unique_answers(battles: list[Battle]) -> dict[tuple[str, str], tuple[Battle, str]]:
-    """(instruction_id, model) -> (a battle it appears in, its answer): score each once."""
-    found: dict[tuple[str, str], tuple[Battle, str]] = {}
-    for b in battles:
-        found.setdefault((b.instruction_id, b.model_a), (b, b.answer_a))
-        found.setdefault((b.instruction_id, b.model_b), (b, b.answer_b))
-    return found
-
-
-def judge_pointwise(backend, judge: str, battles: list[Battle], cfg: JudgeConfig,
-                    seed: int) -> list[dict]:
-    """``pointwise``: each answer scored 0-3 alone; verdict from the two scores."""
-    answers = _unique_answers(battles)
-    keys = list(answers)
-    convs = [jp.single_conversation("pointwise", answers[k][0].instruction, answers[k][1],
-                                    answers[k][0].reference) for k in keys]
-    replies = backend.chat(convs, _params(cfg, seed)) if convs else []
-    scored = {}
-    for key, reply in zip(keys, replies, strict=True):
-        c = reply[0]
-        if c.error is not None:
-            scored[key] = (None, None, f"backend error: {c.error}", c.text)
-        else:
-            score, rationale, error = jp.parse_score(c.text)
-            scored[key] = (score, rationale, error, c.text)
-    rows = []
-    for b in battles:
-        sa, ra, ea, raw_a = scored[(b.instruction_id, b.model_a)]
-        sb, rb, eb, raw_b = scored[(b.instruction_id, b.model_b)]
-        errors = [f"{m}: {e}" for m, e in ((b.model_a, ea), (b.model_b, eb)) if e]
-        verdict = jp.verdict_from_scores(sa, sb)
-        for order in jp.ORDERS:
-            rows.append(_row(b, judge, order, "pointwise", verdict,
-                             raw=f"[{b.model_a}]\n{raw_a}\n\n[{b.model_b}]\n{raw_b}",
-                             parse_error="; ".join(errors) or None, score_a=sa, score_b=sb,
-                             rationale=f"[{b.model_a}] {ra or ''}\n[{b.model_b}] {rb or ''}"))
-    return rows
-
-
-def _read_choices(backend, convs, spellings, min_mass, prefill=None):
-    """Per conversation ``(probs, mass, raw, error)`` from next-token logprobs.
-
-    With ``prefill``, a reading under ``min_mass`` is read once more with the reply started
-    (``raw`` then says so): small judges often open with "The score is" rather than the digit.
-    The retry follows its first reading at once, so llama.cpp still holds the whole prompt and
-    evaluates only the few prefill tokens.
+    With ``retry_prefill``, a reading under ``min_choice_mass`` is read once more with the
+    reply started (``raw`` then says so): small judges often open with "The score is" rather
+    than the digit. The retry follows its first reading at once, so llama.cpp still holds the
+    whole prompt and evaluates only the few prefill tokens.
     """
-    from stages.judge_logits import next_token_logprobs
-
+    prefill = protocol.retry_prefill if cfg.retry_prefill else None
     out = []
     for conv in convs:
-        first = _choice_reading(next_token_logprobs(backend, [conv], spellings)[0], spellings,
-                                min_mass)
-        probs, _, first_raw, first_error = first
-        if not prefill or probs is not None or first_error.startswith("backend error"):
+        first = protocol.parse(
+            judge_logits.next_token_logprobs(backend, [conv], protocol.spellings)[0], cfg)
+        if not prefill or first.value is not None or first.error.startswith(BACKEND_ERROR):
             out.append(first)
             continue
-        probs, mass, raw, error = _choice_reading(
-            next_token_logprobs(backend, [conv], spellings, prefill)[0], spellings, min_mass)
-        out.append((probs, mass, f"{first_raw}; with prefill {prefill!r}: {raw}",
-                    None if error is None else f"{first_error}; with prefill {prefill!r}: {error}"))
+        again = protocol.parse(judge_logits.next_token_logprobs(
+            backend, [conv], protocol.spellings, prefill)[0], cfg)
+        out.append(jp.Reply(again.value, f"{first.raw}; with prefill {prefill!r}: {again.raw}",
+                            None if again.error is None
+                            else f"{first.error}; with prefill {prefill!r}: {again.error}"))
     return out
 
 
-def _choice_reading(reading, spellings, min_mass):
-    logprobs, error = reading
-    if error is not None:
-        return None, 0.0, "", f"backend error: {error}"
-    probs, mass = jp.choice_probabilities(logprobs, spellings)
-    raw = jp.describe_probabilities(probs, mass)
-    if not probs or mass < min_mass:
-        return None, mass, raw, (f"choice tokens hold {mass:.4f} of the probability, "
-                                 f"below min_choice_mass {min_mass}")
-    return probs, mass, raw, None
+# How a protocol's requests reach the backend, by the capability it needs.
+READERS = {"chat": read_chat, "next_token_logprobs": read_logprobs}
 
 
-def judge_pairwise_logprob(backend, judge: str, battles: list[Battle], cfg: JudgeConfig,
-                           seed: int) -> list[dict]:
-    """``pairwise_logprob``: P(A) in both orders, averaged so position bias cancels."""
-    tasks = [(b, o) for b in battles for o in jp.ORDERS]
-    convs = [jp.pair_conversation("pairwise_logprob", b.instruction, *_shown(b, o), b.reference)
-             for b, o in tasks]
-    readings = _read_choices(backend, convs, jp.LETTER_SPELLINGS, cfg.min_choice_mass,
-                             RETRY_PREFILL["pairwise_logprob"] if cfg.retry_prefill else None)
-    rows = []
-    for i, b in enumerate(battles):
-        (p_ab, _, raw_ab, err_ab), (p_ba, _, raw_ba, err_ba) = readings[2 * i], readings[2 * i + 1]
-        prob_ab = p_ab["A"] if p_ab else None  # P(model_a) with model_a shown first
-        prob_ba = p_ba["B"] if p_ba else None  # P(model_a) with model_a shown second
-        errors = [f"order {o}: {e}" for o, e in (("ab", err_ab), ("ba", err_ba)) if e]
-        verdict = None
-        if not errors:
-            p_a = jp.debiased_probability(p_ab["A"], p_ba["A"])
-            verdict = jp.verdict_from_scores(p_a, 1.0 - p_a, 2 * cfg.prob_tie_margin)
-        for order, prob, raw in (("ab", prob_ab, raw_ab), ("ba", prob_ba, raw_ba)):
-            rows.append(_row(b, judge, order, "pairwise_logprob", verdict, raw=raw,
-                             parse_error="; ".join(errors) or None, prob_a=prob))
-    return rows
-
-
-def judge_pointwise_logprob(backend, judge: str, battles: list[Battle], cfg: JudgeConfig,
-                            seed: int) -> list[dict]:
-    """``pointwise_logprob``: expected 0-3 score of each answer alone from digit probabilities."""
-    answers = _unique_answers(battles)
-    keys = list(answers)
-    convs = [jp.single_conversation("pointwise_logprob", answers[k][0].instruction,
-                                    answers[k][1], answers[k][0].reference) for k in keys]
-    prefill = RETRY_PREFILL["pointwise_logprob"] if cfg.retry_prefill else None
-    readings = dict(zip(keys, _read_choices(backend, convs, jp.DIGIT_SPELLINGS,
-                                            cfg.min_choice_mass, prefill), strict=True))
-    rows = []
-    for b in battles:
-        (pa_, _, raw_a, ea), (pb_, _, raw_b, eb) = (readings[(b.instruction_id, b.model_a)],
-                                                   readings[(b.instruction_id, b.model_b)])
-        exp_a = jp.expected_score(pa_) if pa_ else None
-        exp_b = jp.expected_score(pb_) if pb_ else None
-        errors = [f"{m}: {e}" for m, e in ((b.model_a, ea), (b.model_b, eb)) if e]
-        verdict = jp.verdict_from_scores(exp_a, exp_b, cfg.score_tie_margin)
-        top_a = int(max(pa_, key=pa_.get)) if pa_ else None
-        top_b = int(max(pb_, key=pb_.get)) if pb_ else None
-        for order in jp.ORDERS:
-            rows.append(_row(b, judge, order, "pointwise_logprob", verdict,
-                             raw=f"[{b.model_a}] {raw_a}\n[{b.model_b}] {raw_b}",
-                             parse_error="; ".join(errors) or None, score_a=top_a,
-                             score_b=top_b, expected=(exp_a, exp_b)))
-    return rows
-
-
-PROTOCOL_RUNNERS = {"pairwise": judge_pairwise, "pointwise": judge_pointwise,
-                    "pairwise_logprob": judge_pairwise_logprob,
-                    "pointwise_logprob": judge_pointwise_logprob}
+def judge_with(protocol: jp.JudgeProtocol, backend, judge: str, battles: list[Battle],
+               cfg: JudgeConfig, seed: int) -> list[dict]:
+    """One judge's rows for ``battles`` under ``protocol``: its requests in one pass."""
+    requests = protocol.requests(battles)
+    replies = READERS[protocol.needs](backend, protocol, list(requests.values()), cfg, seed)
+    parsed = dict(zip(requests, replies, strict=True))
+    return [_row(b, judge, order, protocol.name, j)
+            for b in battles for order, j in protocol.judge(b, parsed, cfg).items()]
 
 
 def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, backend_for,
@@ -341,9 +216,9 @@ def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, ba
                 "(judges: [...]) or set judge.allow_self_judge=true")
         for j in chosen:
             per_judge[j].append(b)
-    run = PROTOCOL_RUNNERS[cfg.protocol]
+    protocol = jp.PROTOCOLS[cfg.protocol]
     rows = [r for j in judges if per_judge[j]
-            for r in run(backend_for(j), j, per_judge[j], cfg, seed)]
+            for r in judge_with(protocol, backend_for(j), j, per_judge[j], cfg, seed)]
     position = {(b.instruction_id, b.model_a, b.model_b): i for i, b in enumerate(battles)}
     judge_rank = {j: i for i, j in enumerate(judges)}
     rows.sort(key=lambda r: (position[(r["instruction_id"], r["model_a"], r["model_b"])],
@@ -353,7 +228,7 @@ def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, ba
 
 def run(table: pa.Table, cfg: JudgeConfig, ctx) -> StageResult:
     """Judge every battle of the shard; one row per (battle, judge, order)."""
-    judges = list(cfg.judges) if cfg.judges is not None else list(ctx.config.judge_ids)
+    judges = cfg.judge_ids(ctx.config)
     if not judges:
         raise ValueError("judge.judges: no judge configured")
     battles = enumerate_battles(table, cfg)

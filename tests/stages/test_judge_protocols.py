@@ -6,6 +6,7 @@ import math
 
 import pytest
 
+from stages import judge_logits
 from stages import judge_protocols as jp
 from stages.code_extract import code_blocks, extract_code
 
@@ -94,10 +95,8 @@ def test_pair_prompt_shows_answers_in_the_given_order_and_keeps_braces():
 
 @pytest.mark.parametrize("protocol", jp.PROTOCOLS)
 def test_reference_slot_is_filled_only_when_given(protocol):
-    if protocol in jp.PAIRWISE:
-        build = lambda ref: jp.pair_conversation(protocol, "Q", "x", "y", ref)
-    else:
-        build = lambda ref: jp.single_conversation(protocol, "Q", "x", ref)
+    answers = ("x", "y") if jp.PROTOCOLS[protocol].shows_pair else ("x",)
+    build = lambda ref: jp.PROTOCOLS[protocol].conversation("Q", answers, ref)
     with_ref, without = build("def ok(): return 1")[1]["content"], build(None)[1]["content"]
     assert "def ok(): return 1" in with_ref and "[Reference answer]" in with_ref
     assert "Reference" not in without and "{reference" not in without
@@ -116,10 +115,10 @@ def test_pointwise_prompt_has_the_stackeval_scale():
 
 def test_choice_probabilities_sum_spellings_and_renormalise():
     logprobs = {"A": math.log(0.5), " A": math.log(0.1), "B": math.log(0.2), " B": math.log(0.0001)}
-    probs, mass = jp.choice_probabilities(logprobs, jp.LETTER_SPELLINGS)
+    probs, mass = judge_logits.choice_probabilities(logprobs, jp.LETTER_SPELLINGS)
     assert mass == pytest.approx(0.8001)
     assert probs["A"] == pytest.approx(0.6 / 0.8001) and sum(probs.values()) == pytest.approx(1)
-    assert jp.choice_probabilities({}, jp.LETTER_SPELLINGS) == ({}, 0.0)
+    assert judge_logits.choice_probabilities({}, jp.LETTER_SPELLINGS) == ({}, 0.0)
 
 
 @pytest.mark.parametrize("p_ab,p_ba,p_a", [
@@ -136,7 +135,7 @@ def test_verdict_from_scores_and_expected_score():
     assert jp.verdict_from_scores(None, 2) is None
     assert jp.verdict_from_scores(1, 3) == "b"
     assert jp.verdict_from_scores(2.0, 2.05, margin=0.1) == "tie"
-    assert jp.expected_score({"0": 0.1, "1": 0.2, "2": 0.3, "3": 0.4}) == pytest.approx(2.0)
+    assert judge_logits.expected_score({"0": 0.1, "1": 0.2, "2": 0.3, "3": 0.4}) == pytest.approx(2.0)
 
 
 # -- code extraction -------------------------------------------------------------------------
