@@ -73,6 +73,7 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
         run_pipeline,
     )
     from pipeline.store import StoreError
+    from stages.instruction_source import InstructionSourceError
 
     overrides = list(set_ or [])
     overrides += [f"name={name}"] if name else []
@@ -81,7 +82,8 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     cfg = _load_checked(config, overrides)
     try:
         result = run_pipeline(cfg, fresh=fresh, show_progress=not quiet)
-    except (StoreError, ContractChainError, ModelUnavailableError) as exc:
+    except (StoreError, ContractChainError, ModelUnavailableError,
+            InstructionSourceError) as exc:
         _fail(str(exc))
     except StageFailedError as exc:
         _fail(str(exc), code=1)
@@ -125,6 +127,30 @@ def inspect(run_dir: Path, stage: Annotated[str | None, typer.Argument()] = None
         inspect_run(run_dir, stage, rows, as_json=json_)
     except (FileNotFoundError, KeyError, ValueError) as exc:
         _fail(str(exc))
+
+
+@app.command()
+def graph(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAULT_CONFIG,
+          set_: SetOpt = None, json_: JsonOpt = False) -> None:
+    """Print the stage graph of a config: what each stage reads, from whom, and its outputs.
+
+    The runner's pre-flight check runs first (exit 2 naming stage and column when a declared
+    read cannot be satisfied), so a graph that prints is one that can run.
+    """
+    import json
+
+    from pipeline.runner import ContractChainError, check_chain
+    from pipeline.stage_graph import graph_lines, stage_graph
+    from stages import get_stage
+
+    cfg = _load(config, set_)
+    specs = [get_stage(name) for name in cfg.stages]
+    try:
+        check_chain(specs)
+    except ContractChainError as exc:
+        _fail(str(exc))
+    nodes = stage_graph(specs)
+    typer.echo(json.dumps(nodes, indent=2) if json_ else "\n".join(graph_lines(nodes)))
 
 
 # `arenaforge models` columns (describe_models' keys): ids and numbers whole, paths fold; a

@@ -4,9 +4,8 @@ Every error is raised before any work starts, as a ``ConfigError`` whose message
 and the dotted path of the offending field (``configs/x.yaml: rate.alpha: Input should be a valid
 number``). Unknown keys are errors at every level, as in TRL's and open-r1's configs.
 
-The per-stage sections are not listed here: each stage module declares its own config model
-(``StageSpec.config``) and ``RunConfig`` gets one field per registered stage, so adding a stage
-never means editing this file.
+Each stage module declares its own config model (``StageSpec.config``); ``RunConfig`` lists one
+field per stage, statically, and resolves the run-level defaults (models, limits) into them.
 """
 
 from __future__ import annotations
@@ -17,10 +16,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from pipeline.sandbox.config import SandboxConfig
-from stages import PIPELINE, available_stages, get_stage
+from stages import PIPELINE
+from stages.answer import AnswerConfig
+from stages.audit import AuditConfig
+from stages.clean import CleanConfig
+from stages.compress import CompressConfig
+from stages.decontaminate import DecontaminateConfig
+from stages.difficulty import DifficultyConfig
+from stages.emit import EmitConfig
+from stages.judge import JudgeConfig
+from stages.mine import MineConfig
+from stages.rate import RateConfig
+from stages.repair import RepairConfig
+from stages.testgen import TestGenConfig
+from stages.verify import VerifyConfig
 
 
 class ConfigError(ValueError):
@@ -101,13 +113,46 @@ def _file_digest(path: Path) -> str:
         return f"missing:{path}"
 
 
-RunConfig = create_model(
-    "RunConfig",
-    __base__=_RunBase,
-    **{name: (get_stage(name).config, Field(default_factory=get_stage(name).config))
-       for name in available_stages()},
-)
-RunConfig.__doc__ = "The whole run: models, runner, sandbox and one section per stage."
+class RunConfig(_RunBase):
+    """The whole run: models, runner, sandbox and one section per stage.
+
+    Declared field by field (as TRL's configs are) so an editor and grep can follow
+    ``cfg.judge.protocol``; ``test_config`` checks that every registered stage has its section.
+    Run-level defaults are resolved here, once: a stage's section names its models (``miners``,
+    ``experts``, ``judges``, ``authors``) and limits explicitly, so a stage never needs the
+    run config.
+    """
+
+    mine: MineConfig = Field(default_factory=MineConfig)
+    clean: CleanConfig = Field(default_factory=CleanConfig)
+    difficulty: DifficultyConfig = Field(default_factory=DifficultyConfig)
+    decontaminate: DecontaminateConfig = Field(default_factory=DecontaminateConfig)
+    compress: CompressConfig = Field(default_factory=CompressConfig)
+    answer: AnswerConfig = Field(default_factory=AnswerConfig)
+    judge: JudgeConfig = Field(default_factory=JudgeConfig)
+    rate: RateConfig = Field(default_factory=RateConfig)
+    tests: TestGenConfig = Field(default_factory=TestGenConfig)
+    verify: VerifyConfig = Field(default_factory=VerifyConfig)
+    repair: RepairConfig = Field(default_factory=RepairConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
+    emit: EmitConfig = Field(default_factory=EmitConfig)
+
+    @model_validator(mode="after")
+    def _resolve_run_defaults(self) -> RunConfig:
+        experts, judges = list(self.experts), self.judge_ids
+        fill = {"mine": {"miners": experts}, "answer": {"experts": experts},
+                "tests": {"authors": experts}, "difficulty": {"judges": judges},
+                "judge": {"judges": judges},
+                "repair": {"timeout_s": self.verify.timeout_s,
+                           "memory_mb": self.verify.memory_mb,
+                           "fail_fast": self.verify.fail_fast}}
+        for section, defaults in fill.items():
+            current = getattr(self, section)
+            unset = {k: v for k, v in defaults.items() if getattr(current, k) is None}
+            if unset:
+                # frozen: replace the section with its resolved copy (values already validated)
+                object.__setattr__(self, section, current.model_copy(update=unset))
+        return self
 
 
 def _format_validation(err: ValidationError, source: str) -> str:

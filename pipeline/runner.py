@@ -280,9 +280,13 @@ def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
     if not model_specs:
         return
     registry = load_registry(cfg.models_file)
-    used = set(cfg.experts) | set(cfg.judge_ids)
+    used: set[str] = set()
     for spec in model_specs:
-        used |= _model_ids(cfg.stage_config(spec.name).model_dump(mode="json"), set(registry))
+        section = cfg.stage_config(spec.name)
+        if callable(getattr(section, "models_used", None)):  # the section knows (mine.source)
+            used |= set(section.models_used())
+        else:
+            used |= _model_ids(section.model_dump(mode="json"), set(registry))
     for model_id in sorted(used & set(registry)):
         entry = registry[model_id]
         try:

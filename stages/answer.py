@@ -54,7 +54,9 @@ def run(table: pa.Table, cfg: AnswerConfig, ctx) -> StageResult:
     """Ask every expert every instruction; one output row per (instruction, expert)."""
     from pipeline.backends.base import SamplingParams
 
-    experts = list(cfg.experts) if cfg.experts is not None else list(ctx.config.experts)
+    if not cfg.experts:
+        raise ValueError("answer.experts: no expert configured (a run fills in its experts)")
+    experts = list(cfg.experts)
     if not experts:
         raise ValueError("answer.experts: no expert configured")
     if len(set(experts)) != len(experts):

@@ -160,9 +160,12 @@ class DifficultyConfig(StageConfig):
     temperature: float = Field(default=0.0, ge=0)
     batch_size: int = Field(default=16, ge=1, description="Conversations per backend call.")
 
-    def judge_ids(self, run_cfg) -> list[str]:
-        """The judges this stage asks: its own ``judges``, else the run's."""
-        return list(self.judges) if self.judges is not None else list(run_cfg.judge_ids)
+    def judge_ids(self, run_cfg=None) -> list[str]:
+        """The judges this stage asks: its own ``judges`` (a run fills them in), else those
+        of ``run_cfg`` when given."""
+        if self.judges is not None:
+            return list(self.judges)
+        return list(run_cfg.judge_ids) if run_cfg is not None else []
 
     def capability_needs(self, run_cfg) -> list[CapabilityNeed]:
         """What each judge's backend must serve for ``protocol`` (checked at config time)."""
@@ -269,7 +272,7 @@ def mean_task_probability(per_judge: list[list[float | None]]) -> list[float | N
 
 def run(table: pa.Table, cfg: DifficultyConfig, ctx) -> StageResult:
     """Collect every judge's vote per request, add the mean, drop unrated and easy rows."""
-    judges = cfg.judge_ids(ctx.config)
+    judges = cfg.judge_ids()
     if not judges:
         raise ValueError("difficulty.judges: no judge configured")
     instructions = table.column("instruction").to_pylist()

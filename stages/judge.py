@@ -91,9 +91,12 @@ class JudgeConfig(StageConfig):
         "with the reply started for the judge ('Score: ' / 'Answer: '); SmolLM2-135M's digit "
         "mass went from 0.03-0.15 to 0.55-0.70 on 12 answers of a default run.")
 
-    def judge_ids(self, run_cfg) -> list[str]:
-        """The judges this stage asks: its own ``judges``, else the run's."""
-        return list(self.judges) if self.judges is not None else list(run_cfg.judge_ids)
+    def judge_ids(self, run_cfg=None) -> list[str]:
+        """The judges this stage asks: its own ``judges`` (a run fills them in), else those
+        of ``run_cfg`` when given."""
+        if self.judges is not None:
+            return list(self.judges)
+        return list(run_cfg.judge_ids) if run_cfg is not None else []
 
     def capability_needs(self, run_cfg) -> list[CapabilityNeed]:
         """What each judge's backend must serve for ``protocol`` (checked at config time)."""
@@ -228,7 +231,7 @@ def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, ba
 
 def run(table: pa.Table, cfg: JudgeConfig, ctx) -> StageResult:
     """Judge every battle of the shard; one row per (battle, judge, order)."""
-    judges = cfg.judge_ids(ctx.config)
+    judges = cfg.judge_ids()
     if not judges:
         raise ValueError("judge.judges: no judge configured")
     battles = enumerate_battles(table, cfg)

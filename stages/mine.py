@@ -105,11 +105,12 @@ class MineConfig(StageConfig):
         language column is optional and defaults to the first of ``languages``."""
         return load_instructions(self.source, self.source_column, self.languages[0])
 
-    def models_used(self, experts: list[str]) -> list[str]:
-        """The model ids mining calls: none when reading ``source``, else the miners."""
+    def models_used(self) -> list[str]:
+        """The model ids mining calls: none when reading ``source``, else the miners (a run
+        fills in its experts when the section names none)."""
         if self.source is not None:
             return []
-        return list(self.miners) if self.miners is not None else list(experts)
+        return list(self.miners or ())
 
 
 def _base_seed(run_seed: int, miner: str, language: str) -> int:
@@ -129,7 +130,7 @@ def plan(cfg: MineConfig, ctx) -> pa.Table:
                  "sample_index": r.row, "instruction": r.text} for r in cfg.source_rows()]
         return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA.append(
             pa.field("instruction", pa.string())))
-    miners = cfg.models_used(ctx.config.experts)
+    miners = cfg.models_used()
     if not miners:
         raise ValueError("mine.miners: no miner configured")
     rows = [{"task_id": f"{m}|{lang}|{i:06d}", "miner": m, "language": lang, "sample_index": i}

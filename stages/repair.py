@@ -55,6 +55,7 @@ class RepairConfig(StageConfig):
     temperature: float = Field(0.0, ge=0)
     timeout_s: float | None = Field(None, gt=0, description="None: verify.timeout_s")
     memory_mb: int | None = Field(None, ge=32, description="None: verify.memory_mb")
+    fail_fast: bool | None = Field(None, description="None: verify.fail_fast")
     probe: bool = Field(True, description="run the failing expression to show what it returned")
 
 
@@ -196,11 +197,12 @@ def _verdict_dict(v: Verdict) -> dict:
             "error_class": v.error_class, "error_message": v.error_message}
 
 
-def _limits(cfg: RepairConfig, ctx: StageContext) -> dict:
-    verify_cfg = getattr(ctx.config, "verify", None) or VerifyConfig()
-    return {"timeout_s": cfg.timeout_s or verify_cfg.timeout_s,
-            "memory_mb": cfg.memory_mb or verify_cfg.memory_mb,
-            "fail_fast": verify_cfg.fail_fast}
+def _limits(cfg: RepairConfig) -> dict:
+    # a run fills these in from its verify section; a bare RepairConfig takes verify's defaults
+    verify = VerifyConfig()
+    return {"timeout_s": cfg.timeout_s or verify.timeout_s,
+            "memory_mb": cfg.memory_mb or verify.memory_mb,
+            "fail_fast": verify.fail_fast if cfg.fail_fast is None else cfg.fail_fast}
 
 
 def run(table: pa.Table, cfg: RepairConfig, ctx: StageContext) -> StageResult:
@@ -213,7 +215,7 @@ def run(table: pa.Table, cfg: RepairConfig, ctx: StageContext) -> StageResult:
         ids = sorted({rows[i]["instruction_id"] for i in target_idx})
         tests = trusted_tests(ctx.read("tests", instruction_ids=ids))
         out = repair_loop([rows[i] for i in target_idx], tests, ctx.backend, ctx.sandbox(), cfg,
-                          _limits(cfg, ctx), ctx.seed)
+                          _limits(cfg), ctx.seed)
         results = dict(zip(target_idx, out))
     ctx.advance(len(rows))
 

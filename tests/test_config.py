@@ -103,3 +103,24 @@ def test_cli_config_show_prints_resolved_defaults(tmp_path):
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "shard_size: 8" in proc.stdout and "sandbox:" in proc.stdout
+
+
+def test_every_stage_has_a_declared_section():
+    from pipeline.config import RunConfig
+    from stages import PIPELINE, get_stage
+
+    for name in PIPELINE:
+        assert RunConfig.model_fields[name].annotation is get_stage(name).config, name
+
+
+def test_run_level_defaults_are_resolved_into_the_stage_sections(tmp_path):
+    from pipeline.config import load_config
+
+    cfg = load_config(ROOT / "configs" / "default.yaml",
+                      ["judges=[smollm2-135m]", "mine.miners=null", "tests.authors=null",
+                       "difficulty.judges=null", "verify.timeout_s=7"])
+    assert cfg.mine.miners == cfg.experts and cfg.tests.authors == cfg.experts
+    assert cfg.judge.judges == ["smollm2-135m"] == cfg.difficulty.judges
+    assert cfg.repair.timeout_s == 7 and cfg.repair.fail_fast == cfg.verify.fail_fast
+    pinned = load_config(ROOT / "configs" / "default.yaml", ["answer.experts=[smollm2-135m]"])
+    assert pinned.answer.experts == ["smollm2-135m"]  # what a section names is kept

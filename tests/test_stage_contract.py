@@ -254,3 +254,22 @@ def test_a_run_logged_to_a_file_prints_a_line_per_shard(tmp_path):
     assert len(shard_lines) == 3, lines
     assert "shard 3/3 done, rows 12/12" in shard_lines[-1] and "rows/s" in shard_lines[-1]
     assert any("filter: complete in" in ln for ln in lines)
+
+
+def test_graph_command_prints_every_stage_and_its_reads():
+    import json
+
+    from typer.testing import CliRunner
+
+    from pipeline.cli import app
+
+    root = __import__("pathlib").Path(__file__).resolve().parents[1]
+    result = CliRunner().invoke(app, ["graph", str(root / "configs" / "smoke.yaml"), "--json"])
+    assert result.exit_code == 0, result.output
+    nodes = {n["stage"]: n for n in json.loads(result.output)}
+    assert list(nodes) == list(PIPELINE)
+    assert nodes["emit"]["reads"]["difficulty"] == ["instruction_id", "difficulty",
+                                                    "difficulty_votes"]
+    assert nodes["audit"]["artifacts"] == ["rate/ratings.parquet"]
+    text = CliRunner().invoke(app, ["graph", str(root / "configs" / "smoke.yaml")]).output
+    assert "reads rate: instruction_id, model, final_score, elo" in text

@@ -138,8 +138,50 @@ def test_greedy_batched_equals_sequential(model_id):
     batched, sequential = both_paths(backend, "chat", convs,
                                      SamplingParams(max_tokens=24, seed=0))
     assert backend._batcher, "the batched path was not used"
-    assert batched == sequential
+    assert_equal_up_to_near_ties(backend, convs, batched, sequential)
     assert all(c[0].text and c[0].completion_tokens > 0 for c in batched)
+
+
+# How close the top two logits must be for float rounding to explain a different greedy pick.
+# Batched and one-sequence decoding run different matmul shapes, so llama.cpp takes other
+# kernels (and quantises activations differently) for the same dot products; which ones depends
+# on the processor. On an AMD EPYC with AVX-512, 1 of these 6 greedy texts flips at a gap of
+# 0.108 (elsewhere all 6 were identical), and llama.cpp's own chunking alone (one eval of
+# prompt + 20 tokens vs the same tokens one at a time, Qwen 0.5B) moved logits by up to 0.33,
+# the top ones by 0.12. A wrong KV slot or position moves them by whole units.
+NEAR_TIE_LOGITS = 0.35
+
+
+def _logits_after(backend, conversation, completion_tokens):
+    import llama_cpp
+    import numpy as np
+
+    llm = backend.llm
+    prompt = backend._prompt_tokens(backend.apply_chat_template(conversation,
+                                                                add_generation_prompt=True))
+    llm.reset()
+    llm.eval(prompt + completion_tokens)
+    return np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1),
+                                 shape=(llm.n_vocab(),)).astype(np.float64)
+
+
+def assert_equal_up_to_near_ties(backend, convs, batched, sequential):
+    """Batched greedy text equals one-pass sequential text, or the two first part where the
+    sequential model's top two next tokens are within ``NEAR_TIE_LOGITS`` of each other."""
+    tokenize = lambda t: backend.llm.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
+    diverged = 0
+    for conv, b, s in zip(convs, batched, sequential):
+        if b == s:
+            continue
+        diverged += 1
+        tb, ts = tokenize(b[0].text), tokenize(s[0].text)
+        k = common_prefix_len(tb, ts)
+        assert k < min(len(tb), len(ts)), (b, s)  # same tokens, different text: a real bug
+        logits = _logits_after(backend, conv, ts[:k])
+        gap = abs(logits[tb[k]] - logits[ts[k]])
+        assert gap < NEAR_TIE_LOGITS, (f"texts part at token {k} where the logits differ by "
+                                       f"{gap:.3f}: not rounding", b[0].text, s[0].text)
+    assert diverged <= len(convs) // 3, f"{diverged} of {len(convs)} greedy texts differ"
 
 
 @pytest.mark.models

@@ -26,7 +26,6 @@ class ScriptedExpert:
 class Ctx:
     def __init__(self, experts):
         self.experts = experts
-        self.config = types.SimpleNamespace(experts=list(experts))
         self.seed = 7
 
     def backend(self, model_id):
@@ -50,7 +49,7 @@ def code_reply(conv):
 
 def test_every_expert_answers_every_instruction_in_one_batch_each():
     experts = {"m1": ScriptedExpert("m1", code_reply), "m2": ScriptedExpert("m2", code_reply)}
-    out = run(instructions(3), AnswerConfig(system_prompt="Be brief."), Ctx(experts))
+    out = run(instructions(3), AnswerConfig(experts=list(experts), system_prompt="Be brief."), Ctx(experts))
     rows = out.table.to_pylist()
     assert [(r["instruction_id"], r["model"]) for r in rows] == [
         ("id0", "m1"), ("id0", "m2"), ("id1", "m1"), ("id1", "m2"), ("id2", "m1"), ("id2", "m2")]
@@ -72,7 +71,7 @@ def test_failed_completion_is_dropped_with_its_error_never_faked():
             else code_reply(conv)
 
     experts = {"m1": ScriptedExpert("m1", flaky), "m2": ScriptedExpert("m2", code_reply)}
-    out = run(instructions(2), AnswerConfig(), Ctx(experts))
+    out = run(instructions(2), AnswerConfig(experts=list(experts)), Ctx(experts))
     assert [(r["instruction_id"], r["model"]) for r in out.table.to_pylist()] == [
         ("id0", "m1"), ("id0", "m2"), ("id1", "m2")]
     dropped = out.dropped.to_pylist()
@@ -101,7 +100,7 @@ def test_truncated_and_codeless_answers_are_marked():
 
 def test_empty_shard_keeps_the_schema():
     experts = {"m1": ScriptedExpert("m1", code_reply)}
-    out = run(instructions(0), AnswerConfig(), Ctx(experts))
+    out = run(instructions(0), AnswerConfig(experts=list(experts)), Ctx(experts))
     assert out.table.num_rows == 0 and "truncated" in out.table.column_names
     assert experts["m1"].batches == []
 
@@ -115,7 +114,7 @@ def test_config_and_input_errors():
 def test_upstream_column_with_an_output_name_is_replaced():
     experts = {"m1": ScriptedExpert("m1", code_reply)}
     clash = instructions(1).append_column("finish_reason", pa.array(["mined-length"]))
-    out = run(clash, AnswerConfig(), Ctx(experts)).table
+    out = run(clash, AnswerConfig(experts=list(experts)), Ctx(experts)).table
     assert out.column_names.count("finish_reason") == 1
     assert out.column("finish_reason").to_pylist() != ["mined-length"]
 

@@ -42,7 +42,7 @@ def ctx_for(backend):
 def answers(backend):
     table = pa.table({"instruction_id": ["i-add", "i-even"], "instruction": list(CANONICAL),
                       "language": ["python", "python"]})
-    out = answer_run(table, AnswerConfig(max_tokens=96), ctx_for(backend))
+    out = answer_run(table, AnswerConfig(experts=[MODEL], max_tokens=96), ctx_for(backend))
     return out
 
 

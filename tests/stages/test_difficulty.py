@@ -82,8 +82,7 @@ class ScriptedJudge:
 
 
 def make_ctx(judges: dict[str, ScriptedJudge]):
-    return types.SimpleNamespace(seed=0, config=types.SimpleNamespace(judge_ids=list(judges)),
-                                 backend=lambda model_id: judges[model_id],
+    return types.SimpleNamespace(seed=0, backend=lambda model_id: judges[model_id],
                                  advance=lambda rows: None)
 
 
@@ -98,7 +97,8 @@ def test_stage_keeps_every_vote_and_filters():
                        "broken": Completion.failed("server down"), "half": ok("[[5]]")})
     table = pa.table({"instruction_id": ["1", "2", "3", "4"],
                       "instruction": ["hard", "easy", "broken", "half"]})
-    res = run(table, DifficultyConfig(protocol="generative", min_difficulty=3.0, batch_size=2), make_ctx({"a": a, "b": b}))
+    res = run(table, DifficultyConfig(judges=["a", "b"], protocol="generative", min_difficulty=3.0,
+                                      batch_size=2), make_ctx({"a": a, "b": b}))
     assert a.calls == 2 and b.calls == 2
     kept = res.table.to_pylist()
     assert [r["instruction"] for r in kept] == ["hard", "half"]
@@ -119,7 +119,8 @@ def test_min_valid_votes():
     a = ScriptedJudge({"x": ok("[[5]]")})
     b = ScriptedJudge({"x": ok("no idea")})
     table = pa.table({"instruction_id": ["1"], "instruction": ["x"]})
-    res = run(table, DifficultyConfig(protocol="generative", min_valid_votes=2, min_difficulty=1),
+    res = run(table, DifficultyConfig(judges=["a", "b"], protocol="generative", min_valid_votes=2,
+                                      min_difficulty=1),
               make_ctx({"a": a, "b": b}))
     assert res.table.num_rows == 0
     assert res.dropped.column("reason").to_pylist() == ["too_few_valid_votes"]
@@ -128,7 +129,7 @@ def test_min_valid_votes():
 def test_empty_input_keeps_schema():
     res = run(pa.table({"instruction_id": pa.array([], pa.string()),
                         "instruction": pa.array([], pa.string())}),
-              DifficultyConfig(), make_ctx({"a": ScriptedJudge({})}))
+              DifficultyConfig(judges=["a"]), make_ctx({"a": ScriptedJudge({})}))
     assert res.table.num_rows == 0
     assert res.table.schema.field("difficulty_votes").type.value_type.names == [
         "judge", "score", "raw", "parse_error"]
@@ -157,12 +158,12 @@ def test_logprob_protocol_drops_requests_that_are_not_tasks(monkeypatch):
     table = pa.table({"instruction_id": ["1", "2", "3"],
                       "instruction": ["sort it", "what is your name?", "broken"]})
     ctx = make_ctx({"a": object()})
-    res = run(table, DifficultyConfig(min_difficulty=3.0, min_task_prob=0.55), ctx)
+    res = run(table, DifficultyConfig(judges=["a"], min_difficulty=3.0, min_task_prob=0.55), ctx)
     kept = res.table.to_pylist()
     assert [(r["instruction"], r["difficulty"]) for r in kept] == [("sort it", 7.0)]
     assert abs(kept[0]["task_prob"] - 0.9) < 1e-9
     reasons = dict(zip(res.dropped.column("instruction").to_pylist(),
                        res.dropped.column("reason").to_pylist()))
     assert reasons == {"what is your name?": "not_a_task", "broken": "no_task_reading"}
-    off = run(table, DifficultyConfig(min_difficulty=3.0, min_task_prob=None), ctx)
+    off = run(table, DifficultyConfig(judges=["a"], min_difficulty=3.0, min_task_prob=None), ctx)
     assert off.table.num_rows == 3 and off.table.column("task_prob").null_count == 3

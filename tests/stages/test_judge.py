@@ -56,9 +56,8 @@ class PreferJudge:
 
 
 class Ctx:
-    def __init__(self, judges: dict[str, object], judge_ids: list[str]):
+    def __init__(self, judges: dict[str, object]):
         self.judges = judges
-        self.config = types.SimpleNamespace(judge_ids=judge_ids)
         self.seed = 0
         self.asked: list[str] = []
 
@@ -73,7 +72,7 @@ class Ctx:
 def test_pairs_judges_orders_enumerated_and_self_judging_excluded():
     table = answers({"i1": ["m1", "m2", "m3"], "i2": ["m2", "m1"]})
     judges = {m: PreferJudge(m) for m in ("m1", "m2", "m3")}
-    out = run(table, JudgeConfig(protocol="pairwise"), Ctx(judges, ["m1", "m2", "m3"]))
+    out = run(table, JudgeConfig(protocol="pairwise", judges=["m1", "m2", "m3"]), Ctx(judges))
     rows = out.table.to_pylist()
     keys = [(r["instruction_id"], r["model_a"], r["model_b"], r["judge"], r["order"])
             for r in rows]
@@ -92,11 +91,12 @@ def test_pairs_judges_orders_enumerated_and_self_judging_excluded():
 def test_allow_self_judge_and_max_judges():
     table = answers({"i1": ["m1", "m2"]})
     judges = {m: PreferJudge(m) for m in ("m1", "m2", "m3")}
-    cfg = JudgeConfig(protocol="pairwise", allow_self_judge=True, max_judges=2)
-    rows = run(table, cfg, Ctx(judges, ["m1", "m2", "m3"])).table.to_pylist()
+    cfg = JudgeConfig(protocol="pairwise", judges=["m1", "m2", "m3"], allow_self_judge=True,
+                      max_judges=2)
+    rows = run(table, cfg, Ctx(judges)).table.to_pylist()
     assert sorted({r["judge"] for r in rows}) == ["m1", "m2"]
-    rows = run(table, JudgeConfig(protocol="pairwise", max_judges=1),
-               Ctx(judges, ["m1", "m2", "m3"])).table.to_pylist()
+    rows = run(table, JudgeConfig(protocol="pairwise", judges=["m1", "m2", "m3"], max_judges=1),
+               Ctx(judges)).table.to_pylist()
     assert {r["judge"] for r in rows} == {"m3"} and len(rows) == 2
 
 
@@ -104,15 +104,15 @@ def test_no_eligible_judge_is_a_clear_error():
     table = answers({"i1": ["m1", "m2"]})
     with pytest.raises(ValueError, match=r"no eligible judge for the pair \(m1, m2\).*"
                                          r"allow_self_judge"):
-        run(table, JudgeConfig(protocol="pairwise"),
-            Ctx({m: PreferJudge(m) for m in ("m1", "m2")}, ["m1", "m2"]))
+        run(table, JudgeConfig(protocol="pairwise", judges=["m1", "m2"]),
+            Ctx({m: PreferJudge(m) for m in ("m1", "m2")}))
 
 
 def test_verdict_maps_back_from_the_shown_position():
     table = answers({"i1": ["m1", "m2"]})
     judge = PreferJudge("j", prefer="m2")
     rows = run(table, JudgeConfig(protocol="pairwise", judges=["j"]),
-               Ctx({"j": judge}, [])).table.to_pylist()
+               Ctx({"j": judge})).table.to_pylist()
     by_order = {r["order"]: r for r in rows}
     # "ab": m1 shown first, the judge says B (= m2); "ba": m2 shown first, the judge says A.
     assert [shown_models(c) for c in judge.seen] == [["m1", "m2"], ["m2", "m1"]]
@@ -124,7 +124,7 @@ def test_verdict_maps_back_from_the_shown_position():
 
 def test_position_biased_judge_flips_with_order():
     rows = run(answers({"i1": ["m1", "m2"]}), JudgeConfig(protocol="pairwise", judges=["j"]),
-               Ctx({"j": PreferJudge("j", prefer=None)}, [])).table.to_pylist()
+               Ctx({"j": PreferJudge("j", prefer=None)})).table.to_pylist()
     assert [(r["order"], r["verdict"], r["position_first_chosen"]) for r in rows] == [
         ("ab", "a", True), ("ba", "b", True)]
 
@@ -132,7 +132,7 @@ def test_position_biased_judge_flips_with_order():
 def test_parse_failure_kept_with_raw_text():
     text = "Both look fine to me."
     rows = run(answers({"i1": ["m1", "m2"]}), JudgeConfig(protocol="pairwise", judges=["j"]),
-               Ctx({"j": PreferJudge("j", text=text)}, [])).table.to_pylist()
+               Ctx({"j": PreferJudge("j", text=text)})).table.to_pylist()
     for r in rows:
         assert r["verdict"] is None and r["position_first_chosen"] is None
         assert r["raw"] == text and r["parse_error"] == "no verdict in the [[...]] format"
@@ -147,7 +147,7 @@ def test_backend_error_is_a_parse_error_not_a_verdict():
             return [[Completion.failed("boom")] for _ in conversations]
 
     rows = run(answers({"i1": ["m1", "m2"]}), JudgeConfig(protocol="pairwise", judges=["j"]),
-               Ctx({"j": Failing()}, [])).table.to_pylist()
+               Ctx({"j": Failing()})).table.to_pylist()
     assert all(r["verdict"] is None and r["parse_error"] == "backend error: boom" for r in rows)
 
 
@@ -155,7 +155,7 @@ def test_pointwise_scores_each_answer_once_and_derives_the_verdict():
     judge = PreferJudge("j", prefer="m3")
     table = answers({"i1": ["m1", "m2", "m3"]})
     rows = run(table, JudgeConfig(protocol="pointwise", judges=["j"]),
-               Ctx({"j": judge}, [])).table.to_pylist()
+               Ctx({"j": judge})).table.to_pylist()
     assert len(judge.seen) == 3  # three answers, each scored once for three pairs
     got = {(r["model_a"], r["model_b"], r["order"]): (r["verdict"], r["score_a"], r["score_b"])
            for r in rows}
@@ -173,7 +173,7 @@ def test_pointwise_parse_error_names_the_model():
                     for c in conversations]
 
     rows = run(answers({"i1": ["m1", "m2"]}), JudgeConfig(protocol="pointwise", judges=["j"]),
-               Ctx({"j": Half()}, [])).table.to_pylist()
+               Ctx({"j": Half()})).table.to_pylist()
     assert all(r["verdict"] is None and r["score_a"] == 2 and r["score_b"] is None for r in rows)
     assert rows[0]["parse_error"] == "m2: no score in the [[...]] format"
 
@@ -195,7 +195,7 @@ def test_pairwise_logprob_averages_orders(monkeypatch, p_first_by_model, verdict
     monkeypatch.setattr("stages.judge_logits.next_token_logprobs", fake_logprobs)
     rows = run(answers({"i1": ["m1", "m2"]}),
                JudgeConfig(protocol="pairwise_logprob", judges=["j"]),
-               Ctx({"j": object()}, [])).table.to_pylist()
+               Ctx({"j": object()})).table.to_pylist()
     assert [r["verdict"] for r in rows] == [verdict, verdict]
     ab, ba = rows
     assert ab["prob_a"] == pytest.approx(p_first_by_model["m1"])
@@ -212,7 +212,7 @@ def test_logprob_low_mass_and_errors_are_parse_errors(monkeypatch):
     monkeypatch.setattr("stages.judge_logits.next_token_logprobs", fake_logprobs)
     rows = run(answers({"i1": ["m1", "m2"]}),
                JudgeConfig(protocol="pairwise_logprob", judges=["j"], min_choice_mass=0.05),
-               Ctx({"j": object()}, [])).table.to_pylist()
+               Ctx({"j": object()})).table.to_pylist()
     assert all(r["verdict"] is None for r in rows)
     assert "order ab: choice tokens hold 0.0020" in rows[0]["parse_error"]
     assert "with prefill 'Answer: ': choice tokens hold 0.0020" in rows[0]["parse_error"]
@@ -236,7 +236,7 @@ def test_low_mass_readings_are_retried_with_the_reply_started(monkeypatch):
     monkeypatch.setattr("stages.judge_logits.next_token_logprobs", fake_logprobs)
     rows = run(answers({"i1": ["m1", "m2"]}),
                JudgeConfig(protocol="pointwise_logprob", judges=["j"]),
-               Ctx({"j": object()}, [])).table.to_pylist()
+               Ctx({"j": object()})).table.to_pylist()
     # only the failed reading is read again, right after its first reading
     assert calls == [(1, ""), (1, ""), (1, "Score: ")]  # m1's reading, m2's, m2's retry
     assert rows[0]["parse_error"] is None and rows[0]["verdict"] == "a"
@@ -244,7 +244,7 @@ def test_low_mass_readings_are_retried_with_the_reply_started(monkeypatch):
     calls.clear()
     off = run(answers({"i1": ["m1", "m2"]}),
               JudgeConfig(protocol="pointwise_logprob", judges=["j"], retry_prefill=False),
-              Ctx({"j": object()}, [])).table.to_pylist()
+              Ctx({"j": object()})).table.to_pylist()
     assert calls == [(1, ""), (1, "")] and off[0]["verdict"] is None
 
 
@@ -258,7 +258,7 @@ def test_pointwise_logprob_expected_scores(monkeypatch):
     monkeypatch.setattr("stages.judge_logits.next_token_logprobs", fake_logprobs)
     rows = run(answers({"i1": ["m1", "m2"]}),
                JudgeConfig(protocol="pointwise_logprob", judges=["j"]),
-               Ctx({"j": object()}, [])).table.to_pylist()
+               Ctx({"j": object()})).table.to_pylist()
     r = rows[0]
     assert r["expected_score_a"] == pytest.approx(2.1) and r["expected_score_b"] == pytest.approx(0.6)
     assert r["verdict"] == "a" and (r["score_a"], r["score_b"]) == (2, 0)
@@ -269,7 +269,7 @@ def test_reference_column_and_with_miner_pairs():
     table = answers({"i1": ["m1", "m2", "m3"]}, miner={"i1": "m3"})
     rows = run(table, JudgeConfig(protocol="pairwise", judges=["j"], pairs="with_miner",
                                   reference_column="reference"),
-               Ctx({"j": judge}, [])).table.to_pylist()
+               Ctx({"j": judge})).table.to_pylist()
     assert {(r["model_a"], r["model_b"]) for r in rows} == {("m1", "m3"), ("m2", "m3")}
     assert all("ref i1" in c[1]["content"] for c in judge.seen)
     with pytest.raises(ValueError, match="reference_column: input has no column 'nope'"):
@@ -284,7 +284,7 @@ def test_duplicate_answer_rows_are_an_error():
 
 def test_empty_input_and_single_answers_give_no_rows():
     judges = {"j": PreferJudge("j")}
-    out = run(answers({"i1": ["m1"]}), JudgeConfig(judges=["j"]), Ctx(judges, []))
+    out = run(answers({"i1": ["m1"]}), JudgeConfig(judges=["j"]), Ctx(judges))
     assert out.table.num_rows == 0 and out.table.schema == judge_stage.OUTPUT_SCHEMA
     assert judges["j"].seen == []
 

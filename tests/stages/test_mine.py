@@ -35,15 +35,14 @@ class RecordingMiner:
 
 def make_ctx(miners: dict[str, RecordingMiner], families: dict[str, str]):
     return types.SimpleNamespace(
-        seed=7, config=types.SimpleNamespace(experts=list(miners)),
-        backend=lambda m: miners[m], model_spec=lambda m: types.SimpleNamespace(family=families[m]),
+        seed=7, backend=lambda m: miners[m], model_spec=lambda m: types.SimpleNamespace(family=families[m]),
         advance=lambda rows: None)
 
 
 def test_plan_rows():
     ctx = make_ctx({"a": RecordingMiner("chatml"), "b": RecordingMiner(None)},
                    {"a": "qwen2", "b": "gemma3"})
-    table = plan(MineConfig(languages=["Python", "Rust"], samples_per_language=3), ctx)
+    table = plan(MineConfig(miners=["a", "b"], languages=["Python", "Rust"], samples_per_language=3), ctx)
     assert table.num_rows == 2 * 2 * 3
     assert table.column("task_id").to_pylist()[:2] == ["a|Python|000000", "a|Python|000001"]
     assert len(set(table.column("task_id").to_pylist())) == 12
@@ -64,7 +63,8 @@ def test_extract_request():
 def test_run_records_template_params_and_replayable_seeds():
     miners = {"a": RecordingMiner("chatml"), "b": RecordingMiner(None)}
     ctx = make_ctx(miners, {"a": "qwen2", "b": "gemma3"})
-    cfg = MineConfig(languages=["Go"], samples_per_language=5, temperature=0.9, max_tokens=64)
+    cfg = MineConfig(miners=["a", "b"], languages=["Go"], samples_per_language=5,
+                     temperature=0.9, max_tokens=64)
     full = plan(cfg, ctx)
     # A shard with a gap in sample indexes: rows 0,1,3,4 of miner a and all of b.
     shard = full.filter(pa.array([r != "a|Go|000002" for r in full.column("task_id").to_pylist()]))
@@ -94,7 +94,7 @@ def test_run_records_template_params_and_replayable_seeds():
 
 def test_seeds_do_not_depend_on_sharding():
     ctx = make_ctx({"a": RecordingMiner("chatml")}, {"a": "qwen2"})
-    cfg = MineConfig(samples_per_language=4)
+    cfg = MineConfig(miners=["a"], samples_per_language=4)
     full = plan(cfg, ctx)
     whole = run(full, cfg, ctx).column("sample_params").to_pylist()
     parts = run(full.slice(0, 1), cfg, ctx).column("sample_params").to_pylist() + \
@@ -104,7 +104,7 @@ def test_seeds_do_not_depend_on_sharding():
 
 def test_unknown_family_without_template_fails_clearly():
     ctx = make_ctx({"a": RecordingMiner(None)}, {"a": "falcon"})
-    cfg = MineConfig(samples_per_language=1)
+    cfg = MineConfig(miners=["a"], samples_per_language=1)
     with pytest.raises(ValueError, match="unknown model family 'falcon'"):
         run(plan(cfg, ctx), cfg, ctx)
 

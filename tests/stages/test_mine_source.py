@@ -62,9 +62,9 @@ def test_file_rows_look_like_mined_rows_without_a_model(tmp_path):
 
 
 def test_models_used_is_empty_when_reading_a_file():
-    assert MineConfig(miners=["m"]).models_used(["e"]) == ["m"]
-    assert MineConfig().models_used(["e"]) == ["e"]
-    assert MineConfig(source=SEED, miners=["m"]).models_used(["e"]) == []
+    assert MineConfig(miners=["m"]).models_used() == ["m"]
+    assert MineConfig().models_used() == []
+    assert MineConfig(source=SEED, miners=["m"]).models_used() == []
 
 
 def test_clean_drops_file_duplicates_with_reasons(tmp_path):
@@ -91,7 +91,7 @@ def test_set_source_on_any_config_and_bad_files_fail_at_load(tmp_path, monkeypat
     cfg = load_config(ROOT / "configs" / "smoke.yaml",
                       ["mine.source=tests/data/instructions-20.jsonl"])
     assert cfg.mine.source == Path("tests/data/instructions-20.jsonl")
-    assert cfg.mine.models_used(cfg.experts) == []
+    assert cfg.mine.models_used() == []
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text(json.dumps({"instruction": "Write a CSV parser in Python."}) + "\n"
