@@ -26,7 +26,7 @@ from pipeline.context import RunContext
 from pipeline.executors import make_executor
 from pipeline.funnel import Funnel, StageCounts
 from pipeline.progress import Progress, render_funnel
-from pipeline.shards import DROPPED_SCHEMA
+from pipeline.shards import DROPPED_SCHEMA, ShardRef
 from pipeline.stage import StageSpec
 from pipeline.store import RunStore, StoreError, table_hash
 
@@ -123,22 +123,41 @@ def plan_shards(table: pa.Table, key: str, shard_size: int, sharded: bool,
     return [table.filter(pc.equal(ids, i)) for i in range(n)]
 
 
-def _stage_input(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore) -> pa.Table:
-    if spec.plan is not None:
-        return spec.plan(cfg, ctx)
-    return store.stage(spec.source).read()
+def fingerprint_parts(spec: StageSpec, cfg: Any, store: RunStore,
+                      planned: pa.Table | None) -> dict:
+    """Everything a stage's rows depend on, each part hashed (see ``pipeline.fingerprint``).
 
-
-def fingerprint_parts(spec: StageSpec, cfg: Any, store: RunStore, table: pa.Table) -> dict:
-    """Everything a stage's rows depend on, each part hashed (see ``pipeline.fingerprint``)."""
+    A stage's input is its source's output, which that stage's ``output_hash`` (a digest of its
+    shard checksums) already names; only a planned input (the first stage) is hashed here.
+    """
     return {
         "config": fp.digest([spec.name, cfg.model_dump(mode="json")]),
         "upstream": {dep: (store.stage(dep).success() or {}).get("output_hash")
                      for dep in spec.upstream},
-        "input": table_hash(table),
+        "input": table_hash(planned) if planned is not None else None,
         "code": fp.code_digests(spec.run.__module__),
         "prompts": fp.prompt_digests(spec.prompts),
     }
+
+
+def _source_shards(spec: StageSpec, store: RunStore, shard_size: int,
+                   parallelism: int) -> tuple[list[ShardRef], int]:
+    """Shards of a stage whose input is an earlier output, planned from its key column only:
+    the driver never holds the rows, each worker reads its own (``ShardRef.read``)."""
+    source = store.stage(spec.source)
+    rows = int((source.success() or {}).get("rows_out") or 0)
+    schema = source.schema()
+    names = schema.names if schema is not None else []
+    missing = [c for c in spec.inputs if c not in names]
+    if rows and missing:
+        raise ContractChainError(f"stage {spec.name!r}: input lacks columns {missing}")
+    key = spec.shard_key
+    if not (spec.sharded and rows and key in names):
+        return [ShardRef(spec.source)], rows
+    keys = source.read(columns=[key])
+    refs = [ShardRef(spec.source, key, tuple(dict.fromkeys(part.column(key).to_pylist())))
+            for part in plan_shards(keys, key, shard_size, True, parallelism)]
+    return refs, rows
 
 
 def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, executor: Any,
@@ -147,11 +166,12 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
     stage_store = store.stage(spec.name)
     ctx = ctx.for_stage(spec, executor.threads(spec),
                         executor.engines(ctx) if spec.uses_models else None)
-    table = _stage_input(spec, cfg, ctx, store)
-    missing = [c for c in spec.inputs if c not in table.column_names]
-    if table.num_rows and missing:
-        raise ContractChainError(f"stage {spec.name!r}: input lacks columns {missing}")
-    parts = fingerprint_parts(spec, cfg, store, table)
+    planned = spec.plan(cfg, ctx) if spec.plan is not None else None
+    if planned is not None:
+        missing = [c for c in spec.inputs if c not in planned.column_names]
+        if planned.num_rows and missing:
+            raise ContractChainError(f"stage {spec.name!r}: input lacks columns {missing}")
+    parts = fingerprint_parts(spec, cfg, store, planned)
     fingerprint = fp.digest(parts)
     done = stage_store.success()
     if done and done.get("fingerprint") == fingerprint and not stage_store.verify():
@@ -164,11 +184,18 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
     stage_store.clear_success()
 
     parallelism = executor.parallelism(spec)
-    shards = plan_shards(table, spec.shard_key, shard_size, spec.sharded, parallelism)
-    stage_store.remove_stale(len(shards))
     # a shard is reusable only if made from the same rows by the same stage version (code,
     # prompts, config): a killed attempt's shards resume, an upgraded stage's are recomputed
-    hashes = [fp.digest([fingerprint, table_hash(s)]) for s in shards]
+    shards: list[pa.Table] | list[ShardRef]
+    if planned is not None:
+        shards = plan_shards(planned, spec.shard_key, shard_size, spec.sharded, parallelism)
+        hashes = [fp.digest([fingerprint, table_hash(s)]) for s in shards]
+        rows_in = planned.num_rows
+    else:
+        # the source's output_hash is in the fingerprint: its keys name the rows
+        shards, rows_in = _source_shards(spec, store, shard_size, parallelism)
+        hashes = [fp.digest([fingerprint, list(ref.keys)]) for ref in shards]
+    stage_store.remove_stale(len(shards))
     markers: dict[int, dict[str, Any]] = {}
     todo = []
     for i, (shard, h) in enumerate(zip(shards, hashes)):
@@ -178,7 +205,7 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         else:
             todo.append((i, shard, h))
     if progress:
-        progress.start(spec.name, total=table.num_rows,
+        progress.start(spec.name, total=rows_in,
                        done=sum(m["input_rows"] for m in markers.values()), shards=len(shards),
                        shards_done=len(markers), why=recomputed if done else None)
     start = time.perf_counter()
@@ -203,7 +230,7 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         "recomputed": recomputed,
         "output_hash": fp.digest([m["sha256"] for m in ordered]),
         "shards": len(shards),
-        "rows_in": table.num_rows,
+        "rows_in": rows_in,
         "rows_out": sum(m["rows"] for m in ordered),
         "dropped": dict(reasons),
         "seconds": sum(m["seconds"] for m in ordered),
@@ -219,11 +246,11 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         "stats": dict(extra),
         "executor": executor.name,
     }
-    if table.num_rows and extra.get("poisoned_rows", 0) >= table.num_rows:
+    if rows_in and extra.get("poisoned_rows", 0) >= rows_in:
         # Every row "poisoned" is a broken stage or model, not bad rows: fail loudly instead of
         # completing with nothing. Shards stay on disk; a fixed rerun recomputes them.
         first = stage_store.read_dropped_detail()
-        raise StageFailedError(f"stage {spec.name!r}: every one of {table.num_rows} rows raised; "
+        raise StageFailedError(f"stage {spec.name!r}: every one of {rows_in} rows raised; "
                                f"first error: {first}")
     stage_store.mark_success(info)
     store.update_stage(spec.name, {"status": "complete",
@@ -248,10 +275,7 @@ def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunConte
 
 
 def _write_run_summary(store: RunStore, funnel: Funnel) -> None:
-    dropped = [store.stage(n).read("dropped") for n in funnel.names()]
-    dropped = [d for d in dropped if d.num_rows]
-    table = pa.concat_tables(dropped) if dropped else DROPPED_SCHEMA.empty_table()
-    store.write_artifact("dropped.parquet", table)
+    store.write_dropped_summary(funnel.names(), DROPPED_SCHEMA)
     summary = {row.stage: {k: v for k, v in row.as_dict().items() if k != "stage"}
                for row in funnel}
     store.write_artifact("stats.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")

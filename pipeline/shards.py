@@ -6,6 +6,7 @@ Ray task or actor can run it, and everything it needs travels in its arguments.
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import logging
@@ -30,6 +31,23 @@ DROPPED_SCHEMA = pa.schema([
     ("detail", pa.string()),
     ("row", pa.string()),
 ])
+
+
+@dataclasses.dataclass(frozen=True)
+class ShardRef:
+    """The rows of an earlier stage's output that make one shard, read by the worker itself.
+
+    ``key`` None: the whole output (an unsharded stage). The driver plans shards from the key
+    column alone and ships these references, never the rows.
+    """
+
+    stage: str
+    key: str | None = None
+    keys: tuple[str, ...] = ()
+
+    def read(self, run_dir: Any) -> pa.Table:
+        source = RunStore(run_dir).stage(self.stage)
+        return source.read() if self.key is None else source.read_where(self.key, self.keys)
 
 
 class ContractError(RuntimeError):
@@ -141,10 +159,11 @@ def check_outputs(spec: StageSpec, table: pa.Table) -> None:
         raise ContractError(f"stage {spec.name!r} did not produce declared columns {missing}")
 
 
-def execute_shard(spec: StageSpec, cfg: StageConfig, ctx: Any, index: int, table: pa.Table,
-                  input_hash: str) -> dict[str, Any]:
+def execute_shard(spec: StageSpec, cfg: StageConfig, ctx: Any, index: int,
+                  rows: pa.Table | ShardRef, input_hash: str) -> dict[str, Any]:
     """Compute shard ``index`` of a stage and commit it; returns the marker written."""
     store = RunStore(ctx.run_dir).stage(spec.name)
+    table = rows.read(ctx.run_dir) if isinstance(rows, ShardRef) else rows
     ctx.model_seconds = 0.0
     ctx.cache = {"hits": 0, "misses": 0}
     start = time.perf_counter()

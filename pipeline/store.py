@@ -204,6 +204,23 @@ class StageStore:
             return None
         return pq.read_schema(self.shard_path(0))
 
+    def read_where(self, key: str, values: Iterable[str]) -> pa.Table:
+        """The kept rows whose ``key`` is among ``values``, in shard and row order.
+
+        Each shard file is filtered as it is read, so a worker holds only its own rows.
+        """
+        import pyarrow.compute as pc
+
+        problems = self.verify()
+        if problems:
+            raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
+        wanted = pc.field(key).isin(pa.array(list(values), pa.string()))
+        paths = [self.shard_path(i) for i in range(self.success()["shards"])]
+        # a shard whose rows were all dropped may have no columns at all: it has no such rows
+        tables = [pq.read_table(p, filters=wanted) for p in paths
+                  if key in pq.read_schema(p).names]
+        return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
+
     def read(self, which: str = "kept", columns: Iterable[str] | None = None) -> pa.Table:
         """All shards of a complete stage, in shard order, checksums verified."""
         problems = self.verify()
@@ -304,6 +321,29 @@ class RunStore:
                 path.unlink()
                 removed.append(path.name)
         return removed
+
+    def write_dropped_summary(self, stages: Iterable[str], schema: pa.Schema) -> Path:
+        """``dropped.parquet``: every dropped row of ``stages``, streamed shard by shard (the
+        run's drops never sit in memory at once), written to a temp name, then renamed."""
+        path = self.root / "dropped.parquet"
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".dropped.", suffix=".tmp")
+        os.close(fd)
+        try:
+            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
+                for name in stages:
+                    stage = self.stage(name)
+                    for i in range((stage.success() or {}).get("shards", 0)):
+                        part = pq.read_table(stage.dropped_path(i))
+                        if part.num_rows:
+                            writer.write_table(part.select(schema.names).cast(schema))
+            with open(tmp, "rb") as f:
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+        _fsync_dir(self.root)
+        return path
 
     def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
         path = self._artifact_path(relpath)

@@ -66,3 +66,19 @@ def test_artifact_cannot_escape_run_dir(tmp_path):
 def test_atomic_write_leaves_no_temp_files(tmp_path):
     atomic_write_json(tmp_path / "a.json", {"x": 1})
     assert [p.name for p in tmp_path.iterdir()] == ["a.json"]
+
+
+def test_read_where_filters_each_shard_and_keeps_order(tmp_path):
+    import pyarrow as pa
+
+    from pipeline.shards import DROPPED_SCHEMA
+    from pipeline.store import RunStore
+
+    stage = RunStore(tmp_path).stage("s")
+    parts = [pa.table({"k": ["a", "b", "a"], "v": [1, 2, 3]}), pa.table({}),
+             pa.table({"k": ["c", "a"], "v": [4, 5]})]
+    for i, part in enumerate(parts):
+        stage.write_shard(i, part, DROPPED_SCHEMA.empty_table(), {"input_hash": str(i)})
+    stage.mark_success({"shards": 3})
+    out = stage.read_where("k", ["a", "c"])
+    assert out.column("v").to_pylist() == [1, 3, 4, 5]
