@@ -1,0 +1,297 @@
+"""The whole pipeline at scale: 5 served experts, N instructions from a file, a local Ray.
+
+Per size N: write N instructions (``scripts/scale_instructions.py``, from ``synth_arena``'s
+task families) to a JSONL file; start the load generator (``scripts/load_server.py``: one
+OpenAI-compatible server per expert on 127.0.0.1, fixed per-token latency, deterministic
+answers that are right with the expert's skill probability); write a registry of 5 ``openai``
+experts and a run config (``mine.source`` = the file, ``runner.kind: ray`` on a fresh local
+Ray, the real sandbox, the logprob difficulty and judge protocols of ``configs/openai.yaml``);
+run ``arenaforge run`` as a subprocess and read the run's ``stats.json``.
+
+What is measured (all from the run's own funnel unless said):
+
+* ``wall_s``: the ``arenaforge run`` process, start to exit (imports and Ray start-up included).
+* ``driver_peak_rss_mb``: that process's own peak RSS (``VmHWM`` in ``/proc/PID/status``, read
+  every 0.2 s; Ray's workers, raylet and the sandboxes are other processes and not counted).
+* per stage: rows in, stage wall (``wall_seconds_last_attempt``), rows/s = rows in / wall, and
+  its shards' time split into model calls and the rest.
+* ``model_s``: simulated model time as the pipeline waits for it: per stage, the shards'
+  seconds inside backend calls divided by the stage's concurrent workers, summed. The servers'
+  own count (``server_simulated_s``: the sum of every request's latency; ``server_busy_s``:
+  wall with at least one request in flight on some server) is reported beside it.
+* ``sandbox_s``: the same per-worker time of ``tests``, ``verify`` and ``repair`` outside model
+  calls: running answers against tests in the sandbox (plus parsing, which is small).
+* ``runner_overhead_s``: wall minus the stages' work, where a stage's work is its shards'
+  seconds divided by its concurrent workers: the runner's own time (process and Ray start-up,
+  planning shards, fingerprints, shipping and reading shards, writing markers and outputs,
+  scheduling gaps and the idle tail of a stage's last shards). ``overhead_share`` =
+  ``runner_overhead_s / wall_s`` (0-1). With engines this fast the model time is small, so the
+  overhead as a multiple of it, ``overhead_vs_model`` = ``runner_overhead_s / model_s``, is
+  reported as well and is not bounded by 1.
+* ``wall_growth``: per size after the first, wall time and instruction count relative to the
+  first size, and their ratio (1.0: linear).
+
+Usage::
+
+    python scripts/bench_scale.py --instructions 5000 20000 50000 --json bench.json
+    python scripts/bench_scale.py --instructions 200 --set rate.n_bootstrap=0
+
+The tests each answer runs are kept small (two authors, two tests each, one repair round);
+``--set`` overrides any config field.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "scripts"))
+
+import yaml
+from load_server import CHATML
+from scale_instructions import write_jsonl
+
+EXPERTS = {"expert-1": 0.85, "expert-2": 0.75, "expert-3": 0.65, "expert-4": 0.55,
+           "expert-5": 0.45}
+SANDBOX_STAGES = ("tests", "verify", "repair")
+
+
+def start_load_server(ms_per_token: float, ms_per_prompt_token: float,
+                      log: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+    """The load generator as a child process (it exits when its stdin closes)."""
+    cmd = [sys.executable, str(ROOT / "scripts" / "load_server.py"),
+           "--ms-per-token", str(ms_per_token), "--ms-per-prompt-token", str(ms_per_prompt_token)]
+    for name, skill in EXPERTS.items():
+        cmd += ["--expert", f"{name}={skill}"]
+    proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=log.open("w"), text=True)
+    line = proc.stdout.readline()
+    if not line:
+        raise RuntimeError(f"load server did not start; see {log}")
+    return proc, json.loads(line)
+
+
+def server_stats(ports: dict[str, int]) -> dict[str, Any]:
+    import httpx
+
+    return {name: httpx.get(f"http://127.0.0.1:{port}/stats", timeout=10).json()
+            for name, port in ports.items()}
+
+
+def write_run_files(workdir: Path, ports: dict[str, int], source: Path, name: str,
+                    shard_size: int) -> Path:
+    """A registry of the served experts and a run config reading ``source``; returns the
+    config's path."""
+    models = [{"id": e, "backend": "openai", "family": f"bench-{i}", "role": "expert",
+               "base_url": f"http://127.0.0.1:{ports[e]}/v1", "model_name": e,
+               "chat_template_source": "registry", "chat_template": CHATML,
+               "stop": ["<|im_end|>"], "n_ctx": 8192,
+               "options": {"max_concurrency": 16, "timeout_s": 120}}
+              for i, e in enumerate(EXPERTS)]
+    registry = workdir / "models.yaml"
+    registry.write_text(yaml.safe_dump({"models": models}, sort_keys=False))
+    experts = list(EXPERTS)
+    config = {
+        "name": name, "seed": 0, "models_file": str(registry), "experts": experts,
+        "artifacts_dir": str(workdir / "runs"),
+        # "local": a Ray of its own, never a cluster someone else started on this machine
+        "runner": {"kind": "ray", "ray_address": "local", "shard_size": shard_size},
+        "mine": {"source": str(source), "languages": ["Python"]},
+        "difficulty": {"protocol": "logprob"},
+        # synthetic tasks are rewordings of ~160 tasks: semantic dedup would cut every size
+        # to about the same rows; keep them all so the later stages grow with N
+        "compress": {"budget": 1.0, "min_distance": None},
+        "judge": {"protocol": "pointwise_logprob"},
+        "tests": {"authors": experts[:2], "tests_per_author": 2},
+        "repair": {"max_rounds": 1},
+    }
+    path = workdir / "run.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+class PeakRss:
+    """Polls one process's ``VmHWM`` (its own peak resident set) until stopped."""
+
+    def __init__(self, pid: int, every_s: float = 0.2):
+        self.pid, self.every_s, self.peak_kb = pid, every_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._poll, daemon=True)
+        self._thread.start()
+
+    def _poll(self) -> None:
+        status = Path(f"/proc/{self.pid}/status")
+        while not self._stop.is_set():
+            try:
+                for line in status.read_text().splitlines():
+                    if line.startswith("VmHWM:"):
+                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
+            except (OSError, ValueError):
+                return  # exited
+            self._stop.wait(self.every_s)
+
+    def stop(self) -> float:
+        self._stop.set()
+        self._thread.join()
+        return self.peak_kb / 1024
+
+
+def run_driver(config: Path, overrides: list[str], log: Path,
+               timeout_s: float) -> tuple[int, float, float]:
+    """``arenaforge run CONFIG --fresh``: (exit code, wall seconds, driver peak RSS in MB)."""
+    cmd = [sys.executable, "-m", "pipeline.cli", "run", str(config), "--fresh"]
+    for item in overrides:
+        cmd += ["--set", item]
+    env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
+    start = time.perf_counter()
+    with log.open("w") as out:
+        proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
+        rss = PeakRss(proc.pid)
+        try:
+            rc = proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            proc.terminate()
+            rc = proc.wait(timeout=60)
+    wall = time.perf_counter() - start
+    return rc, wall, rss.stop()
+
+
+def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -> dict[str, Any]:
+    """The benchmark's numbers from a run's ``stats.json`` (see the module docstring)."""
+    from stages import PIPELINE
+
+    stages, work_s, model_s, sandbox_s = {}, 0.0, 0.0, 0.0
+    for name in sorted(stats, key=lambda n: PIPELINE.index(n) if n in PIPELINE else 99):
+        s = stats[name]
+        workers = max(int(s.get("workers") or 1), 1)
+        stage_wall = s.get("wall_seconds_last_attempt") or 0.0
+        work_s += s["seconds"] / workers
+        model_s += s["model_seconds"] / workers
+        if name in SANDBOX_STAGES:
+            sandbox_s += (s["seconds"] - s["model_seconds"]) / workers
+        stages[name] = {"rows_in": s["rows_in"], "rows_out": s["rows_out"],
+                        "wall_s": round(stage_wall, 2), "workers": workers,
+                        "shards": s.get("shards"),
+                        "rows_per_s": round(s["rows_in"] / stage_wall, 1) if stage_wall else None,
+                        "model_s": round(s["model_seconds"], 2),
+                        "other_s": round(s["seconds"] - s["model_seconds"], 2)}
+    overhead = max(wall_s - work_s, 0.0)
+    requests = sum(sum(v["requests"].values()) for v in servers.values())
+    return {
+        "rows_emitted": stats.get("emit", {}).get("rows_out", 0),
+        "overhead_share": round(overhead / wall_s, 4) if wall_s else None,
+        "runner_overhead_s": round(overhead, 2),
+        "outside_stages_s": round(wall_s - sum(v["wall_s"] for v in stages.values()), 2),
+        "model_s": round(model_s, 2),
+        "overhead_vs_model": round(overhead / model_s, 3) if model_s else None,
+        "sandbox_s": round(sandbox_s, 2),
+        "server_requests": requests,
+        "server_simulated_s": round(sum(v["simulated_s"] for v in servers.values()), 2),
+        "server_busy_s": round(max((v["busy_s"] for v in servers.values()), default=0.0), 2),
+        "server_cpu_s": round(max((v["cpu_s"] for v in servers.values()), default=0.0), 2),
+        "stages": stages,
+    }
+
+
+def bench_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any]:
+    """Run the pipeline once on ``n`` instructions; returns its JSON entry."""
+    size_dir = workdir / f"n{n}"
+    size_dir.mkdir(parents=True, exist_ok=True)
+    source = write_jsonl(size_dir / "instructions.jsonl", n, seed=args.seed)
+    server, ports = start_load_server(args.ms_per_token, args.ms_per_prompt_token,
+                                      size_dir / "load_server.log")
+    try:
+        config = write_run_files(size_dir, ports, source, f"bench-{n}", args.shard_size)
+        rc, wall, rss = run_driver(config, args.set or [], size_dir / "run.log", args.timeout_s)
+        servers = server_stats(ports)
+    finally:
+        server.stdin.close()  # the server exits at EOF
+        server.wait(timeout=30)
+    entry: dict[str, Any] = {"instructions": n, "wall_s": round(wall, 2),
+                             "driver_peak_rss_mb": round(rss, 1), "exit_code": rc}
+    stats_file = size_dir / "runs" / f"bench-{n}" / "stats.json"
+    if rc != 0 or not stats_file.is_file():
+        tail = (size_dir / "run.log").read_text(errors="replace").splitlines()[-15:]
+        entry.update(rows_emitted=0, overhead_share=None, error="\n".join(tail))
+        return entry
+    entry.update(summarize(json.loads(stats_file.read_text()), wall, servers))
+    entry["run_dir"] = str(stats_file.parent)
+    return entry
+
+
+def add_growth(entries: list[dict[str, Any]]) -> None:
+    """Wall growth of each size relative to the first (1.0 = linear)."""
+    base = entries[0]
+    for e in entries[1:]:
+        size_x = e["instructions"] / base["instructions"]
+        wall_x = e["wall_s"] / base["wall_s"] if base["wall_s"] else None
+        e["wall_growth"] = {"vs": base["instructions"], "size_x": round(size_x, 2),
+                            "wall_x": round(wall_x, 2) if wall_x else None,
+                            "wall_x_per_size_x": round(wall_x / size_x, 3) if wall_x else None}
+
+
+def print_report(entries: list[dict[str, Any]]) -> None:
+    for e in entries:
+        print(f"\n== {e['instructions']} instructions: wall {e['wall_s']} s, driver peak RSS "
+              f"{e['driver_peak_rss_mb']} MB, rows emitted {e['rows_emitted']}")
+        if "error" in e:
+            print(f"FAILED (exit {e['exit_code']}):\n{e['error']}")
+            continue
+        print(f"{'stage':<14}{'rows in':>9}{'rows out':>9}{'wall s':>9}{'rows/s':>9}"
+              f"{'model s':>9}{'other s':>9}{'workers':>8}{'shards':>7}")
+        for name, s in e["stages"].items():
+            print(f"{name:<14}{s['rows_in']:>9}{s['rows_out']:>9}{s['wall_s']:>9}"
+                  f"{s['rows_per_s'] or '-':>9}{s['model_s']:>9}{s['other_s']:>9}"
+                  f"{s['workers']:>8}{s['shards'] or '-':>7}")
+        print(f"runner overhead {e['runner_overhead_s']} s = {e['overhead_share']:.1%} of wall "
+              f"({e['outside_stages_s']} s outside any stage); model time {e['model_s']} s "
+              f"(overhead / model = {e['overhead_vs_model']}); sandbox {e['sandbox_s']} s; "
+              f"servers: {e['server_requests']} requests, {e['server_simulated_s']} s simulated, "
+              f"{e['server_cpu_s']} s CPU")
+        if "wall_growth" in e:
+            g = e["wall_growth"]
+            print(f"vs {g['vs']}: {g['size_x']}x instructions, {g['wall_x']}x wall "
+                  f"({g['wall_x_per_size_x']} per unit of size)")
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--instructions", type=int, nargs="+", required=True,
+                        help="sizes to run, one after another")
+    parser.add_argument("--json", type=Path, help="write the per-size results here")
+    parser.add_argument("--ms-per-token", type=float, default=0.2)
+    parser.add_argument("--ms-per-prompt-token", type=float, default=0.02)
+    parser.add_argument("--shard-size", type=int, default=32,
+                        help="runner.shard_size (configs/openai.yaml's)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the instructions")
+    parser.add_argument("--timeout-s", type=float, default=3 * 3600, help="per size")
+    parser.add_argument("--workdir", type=Path,
+                        help="keep run directories here (default: a temporary directory)")
+    parser.add_argument("--set", action="append", metavar="KEY=VALUE",
+                        help="config override passed to arenaforge run (repeatable)")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
+        workdir = args.workdir or Path(tmp)
+        entries = [bench_size(n, args, workdir) for n in args.instructions]
+    add_growth(entries)
+    print_report(entries)
+    if args.json:
+        args.json.write_text(json.dumps(entries, indent=2) + "\n")
+    return 0 if all("error" not in e for e in entries) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

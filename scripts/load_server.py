@@ -1,0 +1,451 @@
+"""A load generator that stands in for the experts' engines: OpenAI-compatible HTTP on 127.0.0.1.
+
+One ``ThreadingHTTPServer`` per expert (one port each, as one ``vllm serve`` per model would be),
+speaking what :mod:`pipeline.backends.openai_server` sends: ``POST /v1/chat/completions``,
+``POST /v1/completions`` (with ``logprobs: k``: the top-k next-token log probabilities in the
+legacy completions shape), ``POST /tokenize`` (which candidates are single tokens),
+``GET /v1/models``, ``GET /props`` (a ChatML template) and ``GET /health``; ``GET /stats`` says
+what was served. Every reply waits ``ms_per_token`` per generated token plus
+``ms_per_prompt_token`` per prompt token (4 characters make a token), so the pipeline, not the
+engines, sets the pace once they are fast.
+
+Replies are deterministic, keyed by the expert, the request's text and its seed, and plausible
+for each prompt the stages send (``pipeline/prompts``): the task of a request is recognised with
+``synth_arena.task_of``, and
+
+* an answer is the family's reference code with the expert's ``skill`` probability, otherwise a
+  wrong variant, a stub that raises or a syntax error (``synth_arena._answer``);
+* a test-writing request gets the asked number of ``assert`` lines whose expected values come
+  from the reference (1 in 12 deliberately wrong);
+* a repair request gets the reference code with probability one half;
+* a judge sees whether an answer holds the reference code and says so (in 10% of readings it
+  errs), as a generative verdict/score or as next-token probabilities of the score digits or
+  letters; a difficulty judge gives a digit spread around 4-7 (2 for requests that are no task)
+  and a high P(Yes) for concrete tasks.
+
+Bounded: it listens on loopback only, and exits when its stdin closes (the parent ended) or
+after ``--max-seconds``.
+
+Usage (what ``bench_scale.py`` does)::
+
+    python scripts/load_server.py --expert expert-1=0.85 --expert expert-2=0.6 \\
+        --ms-per-token 0.2   # prints {"expert-1": PORT, ...} on one line, then serves
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import random
+import re
+import resource
+import sys
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scale_instructions import reference, task_request
+from synth_arena import Family, _answer, _source, task_of
+
+PROMPTS = Path(__file__).resolve().parents[1] / "pipeline" / "prompts"
+CHATML = ("{% for m in messages %}<|im_start|>{{ m['role'] }}\n{{ m['content'] }}<|im_end|>\n"
+          "{% endfor %}{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}")
+_TOKEN = re.compile(r" ?[A-Za-z]+| ?\d| ?[^\sA-Za-z\d]|\s+")
+_FENCED = re.compile(r"<<<\n(.*?)\n>>>", re.DOTALL)
+JUDGE_ERROR_RATE = 0.1
+TEST_SLIP_RATE = 1 / 12
+REPAIR_SUCCESS = 0.5
+
+
+def _prompt(name: str) -> str:
+    return (PROMPTS / name).read_text(encoding="utf-8").strip()
+
+
+def _last_line(name: str) -> str:
+    return _prompt(name).splitlines()[-1].strip()
+
+
+class Prompts:
+    """How to tell the stages' requests apart: their system turns and their last lines."""
+
+    def __init__(self) -> None:
+        self.system = {kind: _prompt(f"{kind}_system.txt")
+                       for kind in ("testgen", "repair", "judge", "difficulty")}
+        self.logprob = {"difficulty": _last_line("difficulty_logprob_user.txt"),
+                        "task": _last_line("difficulty_task_user.txt"),
+                        "pointwise": _last_line("judge_pointwise_logprob.txt"),
+                        "pairwise": _last_line("judge_pairwise_logprob.txt")}
+
+    def chat_kind(self, messages: list[dict]) -> str:
+        system = next((m["content"].strip() for m in messages if m.get("role") == "system"), "")
+        for kind, text in self.system.items():
+            if system == text:
+                return kind
+        return "answer"
+
+    def logprob_kind(self, prompt: str) -> str | None:
+        return next((k for k, line in self.logprob.items() if line in prompt), None)
+
+
+def tokens(text: str) -> list[str]:
+    """A crude tokenizer: words and single digits (with their leading space), symbols.
+
+    >>> tokens(" Yes"), tokens("12"), len(tokens("Yes sir"))
+    ([' Yes'], ['1', '2'], 2)
+    """
+    return _TOKEN.findall(text)
+
+
+def n_tokens(text: str) -> int:
+    return max(1, len(text) // 4)
+
+
+def rng_for(*parts: object) -> random.Random:
+    blob = "\x1f".join(map(str, parts)).encode()
+    return random.Random(int.from_bytes(hashlib.sha256(blob).digest()[:8], "big"))
+
+
+def is_correct(answer: str, task: tuple[Family, int] | None) -> bool:
+    """Does an answer hold the family's reference code (what this server writes when right)?"""
+    if task is None:
+        return False
+    fam, p = task
+    return _source(fam, p, fam.correct) in answer
+
+
+def _fenced(text: str, k: int = 0) -> str:
+    found = _FENCED.findall(text)
+    return found[k] if len(found) > k else ""
+
+
+def _softmax(weights: dict[str, float]) -> dict[str, float]:
+    total = sum(weights.values())
+    return {k: v / total for k, v in weights.items()}
+
+
+def _around(center: float, choices: range, width: float = 1.0) -> dict[str, float]:
+    return _softmax({str(k): math.exp(-((k - center) / width) ** 2 / 2) for k in choices})
+
+
+def top_logprobs(probs: dict[str, float], spellings: int, k: int) -> dict[str, float]:
+    """``{token: logprob}`` of the top ``k``: each choice as itself, with a leading space and
+    (``spellings`` 3) lower-cased, 2% of the mass left to other tokens."""
+    out: dict[str, float] = {}
+    shares = (0.9, 0.06, 0.02)[:spellings]
+    for choice, p in probs.items():
+        forms = (choice, f" {choice}", choice.lower())[:spellings]
+        for form, share in zip(forms, shares):
+            if form not in out and p * share > 0:
+                out[form] = math.log(p * share)
+    out.setdefault("The", math.log(0.02))
+    return dict(sorted(out.items(), key=lambda kv: -kv[1])[:k])
+
+
+class Expert:
+    """One simulated engine: its skill and what it writes for each kind of request."""
+
+    def __init__(self, name: str, skill: float, prompts: Prompts):
+        self.name, self.skill, self.prompts = name, skill, prompts
+
+    # -- chat ----------------------------------------------------------------------------
+    def chat(self, messages: list[dict], seed: object) -> str:
+        kind = self.prompts.chat_kind(messages)
+        user = next((m["content"] for m in messages if m.get("role") == "user"), "")
+        if kind == "testgen":
+            return self.tests(user, seed)
+        if kind == "repair":
+            return self.repair(user, seed)
+        if kind == "judge":
+            return self.judge_text(messages[-1]["content"], seed)
+        if kind == "difficulty":
+            return f"A clear request. Rating: [[{round(self.difficulty(user))}]]"
+        return self.answer(messages[-1]["content"], seed)
+
+    def answer(self, instruction: str, seed: object) -> str:
+        task = task_of(instruction)
+        if task is None:
+            return ("Here is a minimal version:\n```python\ndef solve(x):\n    return x\n```\n")
+        fam, p = task
+        code = _answer(fam, p, self.skill, rng_for(self.name, "answer", instruction, seed))
+        return f"Here is `{fam.fn}`:\n\n```python\n{code}```\n\nIt runs in linear time."
+
+    def tests(self, user: str, seed: object) -> str:
+        instruction = _fenced(user)
+        n = int(m.group(1)) if (m := re.search(r"Write (\d+) independent", user)) else 3
+        task = task_of(instruction)
+        if task is None:
+            entry = m.group(1) if (m := re.search(r"assert (\w+)\(", user)) else "solve"
+            return f"```python\nassert {entry}(1) == 1\n```"
+        fam, p = task
+        rng = rng_for(self.name, "tests", instruction, seed)
+        ref = reference(fam, p)
+        lines = []
+        for _ in range(n):
+            args = fam.inputs(rng, p)
+            want = ref(*args)
+            if rng.random() < TEST_SLIP_RATE:
+                want = [want] if not isinstance(want, int) else want + 1
+            lines.append(f"assert {fam.fn}({', '.join(map(repr, args))}) == {want!r}")
+        return "```python\n" + "\n".join(lines) + "\n```"
+
+    def repair(self, instruction: str, seed: object) -> str:
+        task = task_of(instruction)
+        if task is None:
+            return "```python\ndef solve(x):\n    return x\n```"
+        fam, p = task
+        rng = rng_for(self.name, "repair", instruction, seed)
+        body = fam.correct if rng.random() < REPAIR_SUCCESS else fam.wrong
+        return f"The bug is fixed:\n```python\n{_source(fam, p, body)}```"
+
+    # -- judging -------------------------------------------------------------------------
+    def _judged_correct(self, instruction: str, answer: str, key: str) -> bool:
+        truth = is_correct(answer, task_of(instruction))
+        return truth != (rng_for(self.name, "judge", key).random() < JUDGE_ERROR_RATE)
+
+    def score_probs(self, prompt: str) -> dict[str, float]:
+        """0-3 score probabilities for a pointwise judge prompt."""
+        good = self._judged_correct(_fenced(prompt, 0), _fenced(prompt, 1), prompt)
+        return _around(2.6 if good else 0.6, range(4), 0.7)
+
+    def pair_probs(self, prompt: str) -> dict[str, float]:
+        """P(A), P(B) for a pairwise judge prompt."""
+        question, a, b = (_fenced(prompt, k) for k in range(3))
+        good_a = self._judged_correct(question, a, prompt + "a")
+        good_b = self._judged_correct(question, b, prompt + "b")
+        p_a = 0.5 + 0.35 * (good_a - good_b) + 0.05  # a slight first-position preference
+        return {"A": p_a, "B": 1 - p_a}
+
+    def judge_text(self, user: str, seed: object) -> str:
+        if "[Answer A]" in user:
+            probs = self.pair_probs(user)
+            verdict = "C" if abs(probs["A"] - probs["B"]) < 0.2 else max(probs, key=probs.get)
+            return f"Both answers were checked against the question.\nVerdict: [[{verdict}]]"
+        probs = self.score_probs(user)
+        return f"The code was checked.\nScore: [[{max(probs, key=probs.get)}]]"
+
+    def difficulty(self, text: str) -> float:
+        if task_of(text) is None:
+            return 2.0
+        return 4 + rng_for("difficulty", text).random() * 3
+
+    def logprobs(self, prompt: str, k: int) -> dict[str, float]:
+        kind = self.prompts.logprob_kind(prompt)
+        if kind == "difficulty":
+            return top_logprobs(_around(self.difficulty(_fenced(prompt)), range(1, 10)), 2, k)
+        if kind == "task":
+            known = task_of(_fenced(prompt)) is not None
+            p_yes = 0.85 + 0.1 * rng_for("task", prompt).random() if known else 0.15
+            return top_logprobs({"Yes": p_yes, "No": 1 - p_yes}, 3, k)
+        if kind == "pointwise":
+            return top_logprobs(self.score_probs(prompt), 2, k)
+        if kind == "pairwise":
+            return top_logprobs(self.pair_probs(prompt), 2, k)
+        return top_logprobs({"The": 0.6, "A": 0.4}, 1, k)
+
+    def raw(self, prompt: str, seed: object) -> str:
+        """A raw completion (Magpie mining): a request of some family."""
+        return task_request(rng_for(self.name, "mine", prompt, seed))
+
+
+class Meter:
+    """What one server did: requests by kind, simulated seconds, wall with a request in flight."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.requests: dict[str, int] = {}
+        self.simulated_s = 0.0
+        self.busy_s = 0.0
+        self.in_flight = 0
+        self.max_in_flight = 0
+        self._since = 0.0
+
+    def enter(self) -> None:
+        with self.lock:
+            if self.in_flight == 0:
+                self._since = time.perf_counter()
+            self.in_flight += 1
+            self.max_in_flight = max(self.max_in_flight, self.in_flight)
+
+    def leave(self, kind: str, simulated: float) -> None:
+        with self.lock:
+            self.in_flight -= 1
+            if self.in_flight == 0:
+                self.busy_s += time.perf_counter() - self._since
+            self.requests[kind] = self.requests.get(kind, 0) + 1
+            self.simulated_s += simulated
+
+    def as_dict(self) -> dict:
+        with self.lock:
+            return {"requests": dict(self.requests), "simulated_s": self.simulated_s,
+                    "busy_s": self.busy_s, "max_in_flight": self.max_in_flight}
+
+
+def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float):
+    """The request handler class of one expert's server."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: the client holds its connections
+        # headers and body are two writes: with Nagle on, the body waits for the client's
+        # delayed ACK (40 ms on Linux) and every serial request would take that long
+        disable_nagle_algorithm = True
+
+        def log_message(self, *args) -> None:
+            pass
+
+        def _send(self, status: int, payload: dict) -> None:
+            data = json.dumps(payload).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def do_GET(self) -> None:
+            if self.path.rstrip("/") in ("/v1/models", "/models"):
+                self._send(200, {"object": "list", "data": [{"id": expert.name,
+                                                             "object": "model"}]})
+            elif self.path == "/props":
+                self._send(200, {"chat_template": CHATML})
+            elif self.path == "/health":
+                self._send(200, {"status": "ok"})
+            elif self.path == "/stats":
+                self._send(200, {"model": expert.name, **meter.as_dict(),
+                                 "cpu_s": sum(resource.getrusage(resource.RUSAGE_SELF)[:2])})
+            else:
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            if self.path == "/tokenize":
+                text = body.get("prompt", body.get("content", ""))
+                ids = [int(hashlib.md5(t.encode()).hexdigest()[:6], 16) for t in tokens(text)]
+                self._send(200, {"tokens": ids, "count": len(ids)})
+                return
+            if self.path not in ("/v1/chat/completions", "/v1/completions"):
+                self._send(404, {"error": {"message": f"no route {self.path}"}})
+                return
+            if body.get("model") != expert.name:
+                self._send(404, {"error": {"message": f"model {body.get('model')!r} is not "
+                                                      f"served here ({expert.name})"}})
+                return
+            meter.enter()
+            kind, simulated = "error", 0.0
+            try:
+                kind, payload, prompt_tokens, completion_tokens = self._answer(body)
+                simulated = (prompt_tokens * ms_prompt + completion_tokens * ms_token) / 1000
+                time.sleep(simulated)
+                payload["usage"] = {"prompt_tokens": prompt_tokens,
+                                    "completion_tokens": completion_tokens,
+                                    "total_tokens": prompt_tokens + completion_tokens}
+                self._send(200, payload)
+            finally:
+                meter.leave(kind, simulated)
+
+        def _answer(self, body: dict) -> tuple[str, dict, int, int]:
+            seed = body.get("seed")
+            limit = int(body.get("max_tokens") or 256)
+            if "messages" in body:
+                messages = body["messages"]
+                text = expert.chat(messages, seed)
+                prompt = "".join(m.get("content") or "" for m in messages)
+                kind = expert.prompts.chat_kind(messages)
+            elif body.get("logprobs"):
+                prompt = body.get("prompt") or ""
+                top = expert.logprobs(prompt, int(body["logprobs"]))
+                first = next(iter(top))
+                choice = {"index": 0, "text": first, "finish_reason": "length",
+                          "logprobs": {"tokens": [first], "token_logprobs": [top[first]],
+                                       "top_logprobs": [top], "text_offset": [0]}}
+                kind = f"logprob_{expert.prompts.logprob_kind(prompt)}"
+                return kind, {"object": "text_completion", "model": expert.name,
+                              "choices": [choice]}, n_tokens(prompt), 1
+            else:
+                prompt = body.get("prompt") or ""
+                text = expert.raw(prompt, seed)
+                kind = "raw"
+            reason = "stop"
+            if n_tokens(text) > limit:
+                text, reason = text[:4 * limit], "length"
+            if "messages" in body:
+                choice = {"index": 0, "message": {"role": "assistant", "content": text},
+                          "finish_reason": reason}
+                return kind, {"object": "chat.completion", "model": expert.name,
+                              "choices": [choice]}, n_tokens(prompt), n_tokens(text)
+            return kind, {"object": "text_completion", "model": expert.name,
+                          "choices": [{"index": 0, "text": text, "finish_reason": reason}]}, \
+                n_tokens(prompt), n_tokens(text)
+
+    return Handler
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    request_queue_size = 1024  # bursts of new connections from every worker at once
+
+
+def serve(experts: dict[str, float], ms_per_token: float, ms_per_prompt_token: float,
+          port: int = 0) -> dict[str, _Server]:
+    """Start one server per expert on 127.0.0.1 (consecutive ports from ``port``, or free
+    ones when 0), each in a daemon thread; returns them by expert name."""
+    prompts = Prompts()
+    servers = {}
+    for i, (name, skill) in enumerate(experts.items()):
+        expert = Expert(name, skill, prompts)
+        handler = make_handler(expert, Meter(), ms_per_token, ms_per_prompt_token)
+        server = _Server(("127.0.0.1", port + i if port else 0), handler)
+        threading.Thread(target=server.serve_forever, daemon=True,
+                         name=f"serve-{name}").start()
+        servers[name] = server
+    return servers
+
+
+def _expert_arg(text: str) -> tuple[str, float]:
+    name, _, skill = text.partition("=")
+    if not name or not skill:
+        raise argparse.ArgumentTypeError(f"--expert {text!r}: expected NAME=SKILL")
+    return name, float(skill)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--expert", type=_expert_arg, action="append", required=True,
+                        help="NAME=SKILL: an expert and the probability its answer is right")
+    parser.add_argument("--ms-per-token", type=float, default=0.2,
+                        help="latency per generated token (ms)")
+    parser.add_argument("--ms-per-prompt-token", type=float, default=0.02,
+                        help="latency per prompt token (ms)")
+    parser.add_argument("--port", type=int, default=0,
+                        help="first port (experts get consecutive ports); 0: free ports")
+    parser.add_argument("--max-seconds", type=float, default=4 * 3600,
+                        help="exit after this long whatever happens")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    servers = serve(dict(args.expert), args.ms_per_token, args.ms_per_prompt_token, args.port)
+    print(json.dumps({name: s.server_address[1] for name, s in servers.items()}), flush=True)
+    done = threading.Event()
+
+    def watch_stdin() -> None:  # EOF: the parent closed the pipe or ended
+        try:
+            while sys.stdin.read(4096):
+                pass
+        finally:
+            done.set()
+
+    threading.Thread(target=watch_stdin, daemon=True).start()
+    done.wait(args.max_seconds)
+    for server in servers.values():
+        server.shutdown()
+        server.server_close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
