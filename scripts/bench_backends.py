@@ -255,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
                       f"{row['wall_s'][name]:7.1f}s = {row[name + '_tok_s']:6.1f} tok/s")
             print(f"  arenaforge / saturating throughput: {row['ratio']:.1%} (target >= 90%); "
                   f"identical texts {row['same_text']}/{row['requests'] * row['reps']}; "
-                  "load average %.2f -> %.2f" % (row["load_before"][0], row["load_after"][0]),
+                  f"load average {row['load_before'][0]:.2f} -> {row['load_after'][0]:.2f}",
                   flush=True)
         return 0
     ids = args.models or [k for k, s in registry.items() if s.backend == "llamacpp"]
