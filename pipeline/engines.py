@@ -85,8 +85,8 @@ class EngineActor:
         start = time.perf_counter()
         self.backend = create_backend(spec, n_threads=threads,
                                       cache_dir=Path(cache_dir) if cache_dir else None, **options)
-        self.info = {"model_id": spec.id, "pid": os.getpid(), "load_seconds":
-                     time.perf_counter() - start, "gpu_ids": _gpu_ids(),
+        self.info = {"model_id": spec.id, "pid": os.getpid(), "node_id": _node_id(),
+                     "load_seconds": time.perf_counter() - start, "gpu_ids": _gpu_ids(),
                      "methods": sorted(m for m in ("complete", "chat", "next_token_logprobs",
                                                    "chat_template", "apply_chat_template",
                                                    "tokenize")
@@ -111,6 +111,15 @@ class EngineActor:
 def _stats(backend: Any) -> dict[str, int]:
     stats = getattr(backend, "cache_stats", None)
     return stats() if callable(stats) else {}
+
+
+def _node_id() -> str | None:
+    try:
+        import ray
+
+        return ray.get_runtime_context().get_node_id()
+    except Exception:  # noqa: BLE001 - outside Ray (unit tests)
+        return None
 
 
 def _gpu_ids() -> list:
@@ -263,9 +272,14 @@ class RemoteBackend:
 def start_directory(registry_file: Path | None, default_replicas: int, default_threads: int,
                     max_retries: int, cache_dir: Path | None) -> Any:
     """Start the run's engine directory actor (no resources held; it loads nothing until a
-    stage asks for a model)."""
+    stage asks for a model). It lives on the driver's node: the engines it owns share its
+    fate, and the run ends with the driver anyway, so a worker node that dies takes only its
+    own engines with it (Ray restarts those elsewhere)."""
     import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
-    cls = ray.remote(EngineDirectory).options(num_cpus=0, max_concurrency=64)
+    here = NodeAffinitySchedulingStrategy(ray.get_runtime_context().get_node_id(), soft=False)
+    cls = ray.remote(EngineDirectory).options(num_cpus=0, max_concurrency=64,
+                                              scheduling_strategy=here)
     return cls.remote(str(registry_file) if registry_file else None, default_replicas,
                       default_threads, max_retries, str(cache_dir) if cache_dir else None)

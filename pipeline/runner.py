@@ -15,8 +15,8 @@ import logging
 import os
 import time
 from collections import Counter
-from pathlib import Path
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
@@ -351,6 +351,9 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     try:
         funnel = run_stages(specs, {s.name: cfg.stage_config(s.name) for s in specs}, ctx, store,
                             executor, cfg.runner.shard_size, show_progress)
+        engines = executor.loaded_models() if hasattr(executor, "loaded_models") else {}
+        if engines:  # where each model ran: node, GPUs, load time per replica
+            store.write_artifact("engines.json", json.dumps(engines, indent=2) + "\n")
     finally:
         close_process_resources()
         executor.close()

@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import hashlib
 import io
-import json
 import logging
 import os
 from collections.abc import Mapping

@@ -168,7 +168,7 @@ def _logits_after(backend, conversation, completion_tokens):
 def assert_equal_up_to_near_ties(backend, convs, batched, sequential):
     """Batched greedy text equals one-pass sequential text, or the two first part where the
     sequential model's top two next tokens are within ``NEAR_TIE_LOGITS`` of each other."""
-    tokenize = lambda t: backend.llm.tokenize(t.encode("utf-8"), add_bos=False, special=False)  # noqa: E731
+    tokenize = lambda t: backend.llm.tokenize(t.encode("utf-8"), add_bos=False, special=False)
     diverged = 0
     for conv, b, s in zip(convs, batched, sequential):
         if b == s:
@@ -179,8 +179,8 @@ def assert_equal_up_to_near_ties(backend, convs, batched, sequential):
         assert k < min(len(tb), len(ts)), (b, s)  # same tokens, different text: a real bug
         logits = _logits_after(backend, conv, ts[:k])
         gap = abs(logits[tb[k]] - logits[ts[k]])
-        assert gap < NEAR_TIE_LOGITS, (f"texts part at token {k} where the logits differ by "
-                                       f"{gap:.3f}: not rounding", b[0].text, s[0].text)
+        why = f"texts part at token {k} where the logits differ by {gap:.3f}: not rounding"
+        assert gap < NEAR_TIE_LOGITS, (why, b[0].text, s[0].text)
     assert diverged <= len(convs) // 3, f"{diverged} of {len(convs)} greedy texts differ"
 
 

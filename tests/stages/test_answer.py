@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import types
-
 import pyarrow as pa
 import pytest
 

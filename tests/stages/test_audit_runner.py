@@ -12,11 +12,11 @@ from test_audit_stats import synthetic_audit
 
 from pipeline.context import RunContext
 from pipeline.executors import InlineExecutor
+from pipeline.report import build_report
 from pipeline.runner import run_stages
 from pipeline.stage import StageConfig, StageSpec
 from pipeline.store import RunStore
 from stages.audit import STAGE as AUDIT
-from pipeline.report import build_report
 from stages.audit import AuditConfig
 from stages.rate import STAGE as RATE
 from stages.rate import RateConfig

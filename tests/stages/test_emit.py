@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -15,13 +14,15 @@ from pipeline.textnorm import instruction_id
 from stages.dataset_card import hf_features, license_of
 from stages.emit import (
     SFT_SCHEMA,
-    STAGE as EMIT,
     EmitConfig,
     build_sft_rows,
     holdout_mask,
     plan_files,
     run,
     write_dataset,
+)
+from stages.emit import (
+    STAGE as EMIT,
 )
 
 

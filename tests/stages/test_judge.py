@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import math
 import re
-import types
 
 import pyarrow as pa
 import pytest
