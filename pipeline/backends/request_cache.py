@@ -105,6 +105,9 @@ class CachedBackend:
                                           "next-token probabilities")
         method = "next_token_logprobs:" + json.dumps([sorted(candidates), prefill],
                                                       ensure_ascii=False)
+        top_k = getattr(self.inner, "logprobs_top_k", None)
+        if top_k is not None:  # servers and vLLM read the top k only: k decides what is -inf
+            method += f":top{top_k}"
         keys = [request_key(self.model_id, self.weights_id, method, c, SamplingParams())
                 for c in conversations]
         results: list[LogprobReading | None] = [

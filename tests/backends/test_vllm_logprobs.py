@@ -106,3 +106,16 @@ def test_no_logprobs_in_the_output_is_an_error_reading():
     output = SimpleNamespace(outputs=[SimpleNamespace(logprobs=None, finish_reason="abort")])
     reading, error = reading_from_request_output(output, {"Yes": 10})
     assert reading is None and "abort" in error
+
+
+def test_the_cache_key_holds_top_k(monkeypatch, tmp_path):
+    monkeypatch.setitem(sys.modules, "vllm", SimpleNamespace(LLM=_LLM, SamplingParams=dict))
+    conv = [{"role": "user", "content": "q"}]
+    readings = {}
+    for k in (3, 5):
+        spec = ModelSpec(id="big", backend="vllm", family="x", path=str(tmp_path),
+                         options={"logprobs_top_k": k})
+        backend = create_backend(spec, cache_dir=tmp_path / "cache")
+        [(readings[k], _)] = backend.next_token_logprobs([conv], ["Yes", " Yes"])
+        assert backend.cache_stats() == {"hits": 0, "misses": 1}  # k=5 is not k=3's entry
+    assert readings[3][" Yes"] == -math.inf and math.isfinite(readings[5][" Yes"])
