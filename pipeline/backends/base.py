@@ -23,7 +23,8 @@ class BackendError(RuntimeError):
 
 
 class LogprobUnsupportedError(BackendError):
-    """The backend cannot give next-token probabilities (only embedded llama.cpp models can)."""
+    """The backend cannot give next-token probabilities (llama.cpp, OpenAI-compatible servers
+    and vLLM can; transformers cannot)."""
 
 
 # Per conversation: ({token text: log probability} for the candidates that are one token, None),
