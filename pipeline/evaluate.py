@@ -143,8 +143,10 @@ def generate(model: str, problems: list[dict[str, Any]], *, n_samples: int, temp
                                 seed=seed,
                                 stop=CODEX_STOPS if style == "completion" else ())
         if style == "chat":
-            template = CHAT_TEMPLATE_FILE.read_text(encoding="utf-8")
-            convs = [[{"role": "user", "content": template.format(prompt=p["prompt"])}]
+            from stages.prompt_templates import fill, load_template
+
+            template = load_template(CHAT_TEMPLATE_FILE.name)
+            convs = [[{"role": "user", "content": fill(template, prompt=p["prompt"])}]
                      for p in problems]
             outs = backend.chat(convs, params)
         else:

@@ -23,14 +23,13 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pydantic import Field
 
 from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from stages.prompt_templates import fill, load_template
 from stages.test_parsing import extract_program, probe_program
 from stages.verify import (
     PASSED,
@@ -43,7 +42,6 @@ from stages.verify import (
     with_columns,
 )
 
-PROMPTS = Path(__file__).resolve().parent.parent / "pipeline" / "prompts"
 REPAIRABLE = ("failed", "error", "timeout", "memory")
 
 
@@ -57,12 +55,6 @@ class RepairConfig(StageConfig):
     memory_mb: int | None = Field(None, ge=32, description="None: verify.memory_mb")
     fail_fast: bool | None = Field(None, description="None: verify.fail_fast")
     probe: bool = Field(True, description="run the failing expression to show what it returned")
-
-
-@cache
-def load_prompt(name: str) -> str:
-    """A prompt template from ``pipeline/prompts`` (``repair_system``, ``repair_feedback``)."""
-    return (PROMPTS / f"{name}.txt").read_text(encoding="utf-8").strip()
 
 
 def feedback_text(v: Verdict | None, parse_error: str | None = None,
@@ -84,15 +76,11 @@ def feedback_text(v: Verdict | None, parse_error: str | None = None,
         output += f"\nOutput:\n```\n{v.stdout_tail.strip()[-1500:]}\n```\n"
     if v.stderr_tail.strip():
         output += f"\nStandard error:\n```\n{v.stderr_tail.strip()[-1500:]}\n```\n"
-    text = load_prompt("repair_feedback")
-    for key, value in (("{tests_passed}", str(v.tests_passed)),
-                       ("{tests_total}", str(v.tests_total)),
-                       ("{failed_test}", v.failed_test or "(none)"),
-                       ("{error_class}", v.error_class or v.status),
-                       ("{error}", (v.error_message or v.status).strip()[-2000:]),
-                       ("{output}", output)):
-        text = text.replace(key, value)
-    return text
+    # one pass: a model-written test or output that contains "{output}" reaches the model as is
+    return fill(load_template("repair_feedback.txt"), tests_passed=str(v.tests_passed),
+                tests_total=str(v.tests_total), failed_test=v.failed_test or "(none)",
+                error_class=v.error_class or v.status,
+                error=(v.error_message or v.status).strip()[-2000:], output=output)
 
 
 def _verdict_from_row(row: dict) -> Verdict:
@@ -138,7 +126,7 @@ def repair_loop(targets: list[dict], tests: dict[str, list[str]], backend_for: A
     state = []
     for t in targets:
         verdict = _verdict_from_row(t)
-        conversation = [{"role": "system", "content": load_prompt("repair_system")},
+        conversation = [{"role": "system", "content": load_template("repair_system.txt")},
                         {"role": "user", "content": t["instruction"]},
                         {"role": "assistant", "content": t["response"] or ""}]
         original = {"round": 0, "response": t["response"], "code": t["code"],

@@ -77,7 +77,9 @@ def cluster():
         for _ in range(2):
             nodes.append(_start([f"--address={address}", "--node-ip-address=127.0.0.1",
                                  "--num-cpus=1", "--num-gpus=1"], env))
+        deadline = time.time() + 300  # node start-up is slow on 2 busy cores
         while len(_alive_nodes(address, env)) < 3 and time.time() < deadline:
+            assert all(n.poll() is None for n in nodes), "a ray node exited at start"
             time.sleep(2)
         assert len(_alive_nodes(address, env)) == 3, "the 3-node cluster did not come up"
         yield {"address": address, "env": dict(env, RAY_ADDRESS=address), "nodes": nodes}

@@ -166,3 +166,11 @@ def test_feedback_text_carries_error_and_output_without_a_solution():
     text = feedback_text(v)
     assert "1 of 3 tests passed" in text and "ZeroDivisionError" in text
     assert "assert add(1, 2) == 3" in text and "debug 42" in text and "(runtime)" in text
+
+
+def test_a_failing_test_that_contains_a_slot_name_reaches_the_model_unchanged():
+    test = 'assert fmt("{output}") == "{error}"'
+    v = Verdict("failed", 0, 1, "AssertionError", "boom {tests_total}", test,
+                stdout_tail="printed {failed_test}")
+    text = feedback_text(v)
+    assert test in text and "boom {tests_total}" in text and "printed {failed_test}" in text
