@@ -57,6 +57,9 @@ class RunnerConfig(_Strict):
     threads_per_worker: int | None = Field(
         default=None, ge=1, description="llama.cpp threads per worker (default: cores / workers).")
     request_cache: bool = Field(default=True, description="Cache model requests in the run dir.")
+    request_cache_store: Literal["sqlite", "files"] = Field(
+        default="sqlite", description="sqlite: one machine; files: one file per request, for "
+        "several nodes writing to a shared run directory (NFS), where SQLite locks are unsafe.")
 
 
 class _RunBase(_Strict):

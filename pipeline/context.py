@@ -107,6 +107,9 @@ class RunContext:
     def request_cache_dir(self) -> Path | None:
         return self.cache_dir("requests") if self.config.runner.request_cache else None
 
+    def request_cache_store(self) -> str:
+        return getattr(self.config.runner, "request_cache_store", "sqlite")
+
     @property
     def run_id(self) -> str:
         return self.run_dir.name
@@ -139,7 +142,8 @@ class RunContext:
         with _LOCK:
             if key not in _BACKENDS:
                 _BACKENDS[key] = create_backend(self.model_spec(model_id), n_threads=self.threads,
-                                                cache_dir=cache_dir)
+                                                cache_dir=cache_dir,
+                                                cache_store=self.request_cache_store())
             return _TimedBackend(_BACKENDS[key], self)
 
     # -- sandbox ----------------------------------------------------------------------------

@@ -73,7 +73,8 @@ def actor_options(spec: Any, resources: dict[str, Any], max_retries: int,
 class EngineActor:
     """Holds one model's backend (request-cached) and answers its calls."""
 
-    def __init__(self, spec_json: str, threads: int, cache_dir: str | None):
+    def __init__(self, spec_json: str, threads: int, cache_dir: str | None,
+                 cache_store: str = "sqlite"):
         from pipeline.backends import create_backend
         from pipeline.models.registry import ModelSpec
 
@@ -84,7 +85,8 @@ class EngineActor:
                        "distributed_executor_backend": "ray"}
         start = time.perf_counter()
         self.backend = create_backend(spec, n_threads=threads,
-                                      cache_dir=Path(cache_dir) if cache_dir else None, **options)
+                                      cache_dir=Path(cache_dir) if cache_dir else None,
+                                      cache_store=cache_store, **options)
         self.info = {"model_id": spec.id, "pid": os.getpid(), "node_id": _node_id(),
                      "load_seconds": time.perf_counter() - start, "gpu_ids": _gpu_ids(),
                      "methods": sorted(m for m in ("complete", "chat", "next_token_logprobs",
@@ -139,8 +141,9 @@ class EngineDirectory:
     """
 
     def __init__(self, registry_file: str | None, default_replicas: int, default_threads: int,
-                 max_retries: int, cache_dir: str | None):
+                 max_retries: int, cache_dir: str | None, cache_store: str = "sqlite"):
         self.registry_file = registry_file
+        self.cache_store = cache_store
         self.default_replicas, self.default_threads = default_replicas, default_threads
         self.max_retries, self.cache_dir = max_retries, cache_dir
         self._lock = threading.Lock()
@@ -179,7 +182,7 @@ class EngineDirectory:
                 self._groups.append(group)
             opts = actor_options(spec, res, self.max_retries, group)
             handles.append(actor_cls.options(**opts).remote(
-                spec.model_dump_json(), res["threads"], self.cache_dir))
+                spec.model_dump_json(), res["threads"], self.cache_dir, self.cache_store))
         # load every replica before the first request goes out (errors surface here, once)
         self._info[model_id] = ray.get([h.describe.remote() for h in handles])
         self._pools[model_id] = handles
@@ -270,7 +273,7 @@ class RemoteBackend:
 
 
 def start_directory(registry_file: Path | None, default_replicas: int, default_threads: int,
-                    max_retries: int, cache_dir: Path | None) -> Any:
+                    max_retries: int, cache_dir: Path | None, cache_store: str = "sqlite") -> Any:
     """Start the run's engine directory actor (no resources held; it loads nothing until a
     stage asks for a model). It lives on the driver's node: the engines it owns share its
     fate, and the run ends with the driver anyway, so a worker node that dies takes only its
@@ -282,4 +285,5 @@ def start_directory(registry_file: Path | None, default_replicas: int, default_t
     cls = ray.remote(EngineDirectory).options(num_cpus=0, max_concurrency=64,
                                               scheduling_strategy=here)
     return cls.remote(str(registry_file) if registry_file else None, default_replicas,
-                      default_threads, max_retries, str(cache_dir) if cache_dir else None)
+                      default_threads, max_retries, str(cache_dir) if cache_dir else None,
+                      cache_store)

@@ -101,7 +101,7 @@ class RayExecutor:
             self._directory = start_directory(
                 getattr(ctx.config, "models_file", None), self.model_workers,
                 self.threads_per_model_worker,
-                self.max_retries, ctx.request_cache_dir())
+                self.max_retries, ctx.request_cache_dir(), ctx.request_cache_store())
         return self._directory
 
     def loaded_models(self) -> dict[str, list[dict[str, Any]]]:

@@ -94,7 +94,8 @@ def _served_template(spec: ModelSpec) -> TemplateInfo | None:
 
 
 def create_backend(spec: ModelSpec, *, n_threads: int | None = None,
-                   cache_dir: Path | None = None, **options: Any) -> Backend:
+                   cache_dir: Path | None = None, cache_store: str = "sqlite",
+                   **options: Any) -> Backend:
     """Build the backend a registry entry names, loading its weights.
 
     Args:
@@ -102,6 +103,7 @@ def create_backend(spec: ModelSpec, *, n_threads: int | None = None,
         n_threads: CPU threads for this backend (llama.cpp, transformers).
         cache_dir: when given, wrap the backend in a persistent request cache there
             (``backend.cache_stats()`` counts hits and misses).
+        cache_store: the cache's store, ``sqlite`` or ``files`` (shared filesystems).
         **options: backend keyword options; they override the entry's ``options``.
 
     Raises:
@@ -146,5 +148,5 @@ def create_backend(spec: ModelSpec, *, n_threads: int | None = None,
         raise ValueError(f"model {spec.id!r} uses backend {spec.backend!r}, which does not "
                          "generate text; load it with pipeline.backends.embeddings.create_embedder")
     if cache_dir is not None:
-        return CachedBackend(backend, cache_dir, weights_fingerprint(spec))
+        return CachedBackend(backend, cache_dir, weights_fingerprint(spec), store=cache_store)
     return backend

@@ -1,8 +1,10 @@
 """A persistent request cache in front of any backend, so reruns do not pay twice.
 
 Keys are sha256 over (model id, weights identity, method, prompt or conversation, sampling
-params); values are the completions of one request. ``diskcache`` (SQLite) is process-safe, so
-Ray workers on one machine share a cache directory. Failed completions are never stored: a
+params); values are the completions of one request. Two stores: ``sqlite`` (``diskcache``) is
+process-safe, so Ray workers on one machine share a cache directory; ``files`` writes one JSON
+file per request (temp name, then rename), which many nodes can write at once on a shared
+filesystem (NFS), where SQLite's locks are not safe. Failed completions are never stored: a
 rerun retries them.
 """
 
@@ -40,6 +42,47 @@ class CacheStats:
         return {"hits": self.hits, "misses": self.misses}
 
 
+class FileStore:
+    """One file per key under ``root/<2 hex>/``; a reader sees no file or a whole one.
+
+    The ``get``/``set`` subset of ``diskcache.Cache`` that the cache uses. Written by hand:
+    diskcache and sqlitedict are SQLite underneath, and a shared mount is where that breaks.
+    """
+
+    def __init__(self, root: str | Path) -> None:
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+
+    def _path(self, key: str) -> Path:
+        return self.root / key[:2] / f"{key}.json"
+
+    def get(self, key: str):
+        try:
+            return json.loads(self._path(key).read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return None
+        except (OSError, ValueError):
+            return None  # unreadable or torn by a foreign writer: a miss, recomputed
+
+    def set(self, key: str, value) -> None:
+        import os
+        import tempfile
+
+        path = self._path(key)
+        path.parent.mkdir(exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
+        try:
+            with os.fdopen(fd, "w", encoding="utf-8") as f:
+                json.dump(value, f, ensure_ascii=False)
+            os.replace(tmp, path)  # the same answer from two writers: either one wins
+        except BaseException:
+            Path(tmp).unlink(missing_ok=True)
+            raise
+
+    def close(self) -> None:
+        pass
+
+
 def request_key(model_id: str, weights_id: str, method: str, request: str | Conversation,
                 params: SamplingParams) -> str:
     """Hex sha256 identifying one request; stable across processes and runs."""
@@ -56,16 +99,21 @@ class CachedBackend:
         cache_dir: directory of the diskcache database (created if missing).
         weights_id: what identifies the weights beyond the model id (their sha256, or the
             served model name for a remote server).
+        store: ``sqlite`` (one machine) or ``files`` (several nodes on a shared filesystem).
     """
 
-    def __init__(self, inner: Backend, cache_dir: str | Path, weights_id: str) -> None:
+    def __init__(self, inner: Backend, cache_dir: str | Path, weights_id: str,
+                 store: str = "sqlite") -> None:
         import diskcache
 
         self.inner = inner
         self.model_id = inner.model_id
         self.weights_id = weights_id
+        if store not in ("sqlite", "files"):
+            raise ValueError(f"request cache store {store!r}: expected 'sqlite' or 'files'")
         try:
-            self._cache = diskcache.Cache(str(cache_dir))
+            self._cache = (FileStore(Path(cache_dir) / "files") if store == "files"
+                           else diskcache.Cache(str(cache_dir)))
         except sqlite3.OperationalError as exc:  # "disk I/O error" alone names neither
             raise BackendError(f"request cache {cache_dir} cannot be opened: {exc} "
                                "(disk full or not writable?)") from exc

@@ -160,3 +160,33 @@ def test_a_backend_without_readings_says_so(tmp_path):
         cached.next_token_logprobs([[{"role": "user", "content": "x"}]], ["1"])
     with pytest.raises(LogprobUnsupportedError, match="generative protocol"):
         next_token_logprobs(CountingBackend(), [[{"role": "user", "content": "x"}]], {"1": ("1",)})
+
+
+def _fill_files(cache_dir, prompts):
+    from pipeline.backends.request_cache import CachedBackend
+
+    cached = CachedBackend(CountingBackend(), cache_dir, "w", store="files")
+    cached.complete(prompts, SamplingParams())
+
+
+def test_file_store_lets_processes_write_one_shared_cache_at_once(tmp_path):
+    """The ``files`` store (shared filesystems): concurrent writers, one file per request,
+    overlapping requests written twice are still one whole entry."""
+    ctx = multiprocessing.get_context("spawn")
+    shared = [f"both-{k}" for k in range(10)]
+    procs = [ctx.Process(target=_fill_files,
+                         args=(tmp_path, shared + [f"p{i}-{k}" for k in range(20)]))
+             for i in range(3)]
+    for proc in procs:
+        proc.start()
+    for proc in procs:
+        proc.join(60)
+        assert proc.exitcode == 0
+    inner = CountingBackend()
+    cached = CachedBackend(inner, tmp_path, "w", store="files")
+    wanted = shared + [f"p{i}-{k}" for i in range(3) for k in range(20)]
+    out = cached.complete(wanted, SamplingParams())
+    assert inner.calls == [] and cached.cache_stats() == {"hits": 70, "misses": 0}
+    assert [c[0].text for c in out] == [f"{p}#0" for p in wanted]
+    assert not list(tmp_path.rglob("*.tmp"))
+    assert len(list((tmp_path / "files").rglob("*.json"))) == 70

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import ROOT, cli_command, run_cli, stage_output
-from tests.test_ray_cluster import RAY, _alive_nodes, _free_port, _start
+from tests.test_ray_cluster import RAY, _alive_nodes, _free_port
 
 pytestmark = [pytest.mark.slow, pytest.mark.models]
 
@@ -59,6 +59,17 @@ def _overrides(tmp: Path) -> list[str]:
             "runner.threads_per_worker=1", "compress.budget=4", "decontaminate.embedding.enabled=false"]
 
 
+def _start(args: list[str], env: dict, log: Path) -> subprocess.Popen:
+    # --block keeps each node in the foreground, so killing its process group stops exactly it
+    out = open(log, "w")  # noqa: SIM115 - the node writes to it for its whole life
+    return subprocess.Popen(RAY + ["start", "--block", *args], env=env, start_new_session=True,
+                            stdout=out, stderr=subprocess.STDOUT)
+
+
+def _tail(path: Path) -> str:
+    return path.read_text(errors="replace")[-3000:] if path.exists() else ""
+
+
 @pytest.fixture(scope="module")
 def cluster():
     port = _free_port()
@@ -66,22 +77,33 @@ def cluster():
     env = dict(os.environ, PYTHONPATH=str(ROOT), RAY_AUTH_MODE="token",
                RAY_AUTH_TOKEN=secrets.token_hex(32))
     env.pop("RAY_ADDRESS", None)
+    logs = [Path(temp_dir) / f"node{i}.log" for i in range(3)]
     nodes = [_start(["--head", "--node-ip-address=127.0.0.1", f"--port={port}", "--num-cpus=1",
-                     "--num-gpus=1", "--include-dashboard=false", f"--temp-dir={temp_dir}"], env)]
+                     "--num-gpus=1", "--include-dashboard=false", f"--temp-dir={temp_dir}"], env,
+                    logs[0])]
     address = f"127.0.0.1:{port}"
     try:
         deadline = time.time() + 120
         while subprocess.run(RAY + ["status", f"--address={address}"], env=env,
                              capture_output=True).returncode and time.time() < deadline:
             time.sleep(2)
-        for _ in range(2):
-            nodes.append(_start([f"--address={address}", "--node-ip-address=127.0.0.1",
-                                 "--num-cpus=1", "--num-gpus=1"], env))
-        deadline = time.time() + 300  # node start-up is slow on 2 busy cores
-        while len(_alive_nodes(address, env)) < 3 and time.time() < deadline:
-            assert all(n.poll() is None for n in nodes), "a ray node exited at start"
-            time.sleep(2)
-        assert len(_alive_nodes(address, env)) == 3, "the 3-node cluster did not come up"
+        worker = [f"--address={address}", "--node-ip-address=127.0.0.1", "--num-cpus=1",
+                  "--num-gpus=1"]
+        for i in (1, 2):
+            # one node at a time, and once more if it gives up: on 2 busy cores a raylet can
+            # miss Ray's start-up timeout ("the GCS has become overloaded")
+            for _attempt in range(2):
+                node = _start(worker, env, logs[i])
+                deadline = time.time() + 180
+                while (len(_alive_nodes(address, env)) < i + 1 and node.poll() is None
+                       and time.time() < deadline):
+                    time.sleep(2)
+                if len(_alive_nodes(address, env)) >= i + 1:
+                    break
+                os.killpg(node.pid, signal.SIGKILL)
+            nodes.append(node)
+            assert len(_alive_nodes(address, env)) >= i + 1, \
+                f"ray node {i} did not join:\n{_tail(logs[i])}"
         yield {"address": address, "env": dict(env, RAY_ADDRESS=address), "nodes": nodes}
     finally:
         for proc in reversed(nodes):
