@@ -228,7 +228,12 @@ class StageStore:
             raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
         n = self.success()["shards"]
         paths = [self.shard_path(i) if which == "kept" else self.dropped_path(i) for i in range(n)]
-        tables = [pq.read_table(p, columns=list(columns) if columns else None) for p in paths]
+        if columns is not None:
+            columns = list(columns)
+            # a shard whose rows were all dropped may have no columns at all
+            paths = [p for p in paths if pq.read_metadata(p).num_rows
+                     or set(columns) <= set(pq.read_schema(p).names)]
+        tables = [pq.read_table(p, columns=columns) for p in paths]
         if not tables:
             return pa.table({})
         return pa.concat_tables(tables, promote_options="permissive")

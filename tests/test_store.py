@@ -82,3 +82,16 @@ def test_read_where_filters_each_shard_and_keeps_order(tmp_path):
     stage.mark_success({"shards": 3})
     out = stage.read_where("k", ["a", "c"])
     assert out.column("v").to_pylist() == [1, 3, 4, 5]
+
+
+def test_reading_columns_skips_shards_that_kept_no_row(tmp_path):
+    import pyarrow as pa
+
+    from pipeline.shards import DROPPED_SCHEMA
+    from pipeline.store import RunStore
+
+    stage = RunStore(tmp_path).stage("s")
+    for i, part in enumerate([pa.table({}), pa.table({"k": ["a"], "v": [1]})]):
+        stage.write_shard(i, part, DROPPED_SCHEMA.empty_table(), {"input_hash": str(i)})
+    stage.mark_success({"shards": 2})
+    assert stage.read(columns=["k"]).column("k").to_pylist() == ["a"]
