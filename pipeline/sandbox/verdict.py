@@ -90,3 +90,43 @@ def sandbox_error(message: str, *, isolation: str, limits: tuple[str, ...],
     return ExecResult(status=status, error_type=kind, error_name="SandboxError",
                       error_message=message, duration_s=duration_s, isolation=isolation,
                       limits=limits)
+
+
+def _suite_test(t: dict[str, str], job: dict[str, Any]) -> dict[str, Any]:
+    """A suite test's flat wire summary (``inside/suite.py``) in the shape ``classify`` reads.
+
+    A summary without an exit code (not written by the server's suite code) takes the job's.
+    """
+    def event(prefix: str) -> dict[str, str] | None:
+        if f"{prefix}_kind" not in t:
+            return None
+        return {k: t.get(f"{prefix}_{k}", "") for k in ("phase", "kind", "name", "msg")}
+
+    finished = "exit_code" in t
+    return {"ok": int(t.get("ok", 0)), "failed": int(t.get("failed", 0)),
+            "done": t.get("done") == "1", "started": t.get("started") == "1",
+            "setup": t.get("setup"), "first_failure": event("first_failure"),
+            "first_error": event("first_error"),
+            "exit_code": int(t["exit_code"]) if finished else job.get("exit_code", 0) or 137,
+            "reason": (t.get("reason") or None) if finished else job.get("reason"),
+            "stdout": t.get("stdout", ""), "stderr": t.get("stderr", ""),
+            "duration_s": float(t.get("duration_s", 0.0))}
+
+
+def suite_results(v: dict[str, Any], *, timeout_s: float, tests_total: list[int | None],
+                  isolation: str, limits: tuple[str, ...]) -> list[ExecResult | None]:
+    """One ``ExecResult`` per test of a suite verdict (``None`` for a skipped test).
+
+    A test that never started (the job failed before it: setup, a killed job) gets the job's
+    own verdict, as the single job it replaces would have.
+    """
+    out: list[ExecResult | None] = []
+    for i, total in enumerate(tests_total):
+        t = v.get(f"t{i}")
+        if isinstance(t, dict) and t.get("skipped") == "1":
+            out.append(None)
+            continue
+        test = _suite_test(t, v) if isinstance(t, dict) else dict(v, ok=0, failed=0, done=False)
+        out.append(to_result(test, timeout_s=timeout_s, oom_killed=False, tests_total=total,
+                             isolation=isolation, limits=limits))
+    return out

@@ -24,8 +24,15 @@ from pipeline.sandbox.cgroups import SlotCgroup
 from pipeline.sandbox.config import SandboxConfig
 from pipeline.sandbox.inside.wire import decode_verdict
 from pipeline.sandbox.prepare import PreparedTests
-from pipeline.sandbox.result import MODE_DEGRADED, MODE_PER_EXEC, TIMEOUT, ExecResult, Job
-from pipeline.sandbox.verdict import sandbox_error, to_result
+from pipeline.sandbox.result import (
+    MODE_DEGRADED,
+    MODE_PER_EXEC,
+    TIMEOUT,
+    ExecResult,
+    Job,
+    SuiteJob,
+)
+from pipeline.sandbox.verdict import sandbox_error, suite_results, to_result
 
 _GRACE_S = 3.0  # beyond the job's own deadline, before the supervisor declares the sandbox hung
 _SERVER_MEMORY_MB = 96  # the harness server and its preloaded modules share the slot's cgroup
@@ -188,42 +195,81 @@ class SandboxWorker:
 
     def run(self, job: Job, tests: PreparedTests) -> ExecResult:
         """Run one job in a sandbox of this slot and return its verdict."""
-        timeout_s = job.timeout_s if job.timeout_s is not None else self.cfg.timeout_s
-        memory_mb = job.memory_mb if job.memory_mb is not None else self.cfg.memory_mb
+        timeout_s, memory_mb = self._limits(job)
+        frame = {"solution": job.solution, "lines": list(tests.lines),
+                 "chunks": [(c.kind, c.code) for c in tests.chunks]}
+        verdict, oom, failure = self._exchange(frame, timeout_s, memory_mb, timeout_s)
+        if verdict is None:
+            return failure
+        return to_result(verdict, timeout_s=timeout_s, oom_killed=oom,
+                         tests_total=tests.tests_total, isolation=self.mode, limits=self.limits)
+
+    def run_suite(self, job: SuiteJob, tests: list[PreparedTests]) -> list[ExecResult | None]:
+        """Run a suite job: one verdict per test (``None``: skipped by ``fail_fast``).
+
+        A suite during which the memory cgroup killed a process is run again test by test, so
+        that the ``memory`` verdict lands on the test that caused it, as separate jobs would.
+        """
+        timeout_s, memory_mb = self._limits(job)
+        frame = {"solution": job.solution, "fail_fast": job.fail_fast,
+                 "suites": [{"lines": list(t.lines), "chunks": [(c.kind, c.code) for c in t.chunks]}
+                            for t in tests]}
+        backstop = (len(tests) + 1) * (timeout_s + 0.5)
+        verdict, oom, failure = self._exchange(frame, timeout_s, memory_mb, backstop)
+        if verdict is None:
+            return [failure] * len(tests)
+        if oom:
+            results: list[ExecResult | None] = []
+            for k, (source, prepared) in enumerate(zip(job.tests, tests)):
+                first_timed_out = k > 0 and results[0] is not None and \
+                    results[0].status == TIMEOUT
+                results.append(None if job.fail_fast and first_timed_out else self.run(
+                    Job(job.solution, source, job.timeout_s, job.memory_mb), prepared))
+            return results
+        return suite_results(verdict, timeout_s=timeout_s, tests_total=[t.tests_total for t in tests],
+                             isolation=self.mode, limits=self.limits)
+
+    def _limits(self, job: Job | SuiteJob) -> tuple[float, int]:
+        return (job.timeout_s if job.timeout_s is not None else self.cfg.timeout_s,
+                job.memory_mb if job.memory_mb is not None else self.cfg.memory_mb)
+
+    def _exchange(self, frame: dict, timeout_s: float, memory_mb: int, wait_s: float
+                  ) -> tuple[dict | None, bool, ExecResult | None]:
+        """Send one job to the sandbox and read its verdict within ``wait_s`` (+ grace).
+
+        Returns ``(verdict, the memory cgroup killed a process, failure)``: ``verdict`` is
+        None when the sandbox stopped answering (it is killed then) and ``failure`` says so.
+        """
         start = time.monotonic()
         if self.cgroup is not None:
             self.cgroup.set_memory_limit((memory_mb + _SERVER_MEMORY_MB) << 20)
         oom_before = self.cgroup.oom_kills() if self.cgroup else 0
         self.start()
         server = self._server
-        frame = marshal.dumps({
-            "solution": job.solution, "lines": list(tests.lines), "timeout_s": float(timeout_s),
-            "memory_mb": int(memory_mb), "chunks": [(c.kind, c.code) for c in tests.chunks],
-        })
+        data = marshal.dumps(dict(frame, timeout_s=float(timeout_s), memory_mb=int(memory_mb)))
         try:
-            os.write(server.ctl_w, struct.pack(">I", len(frame)))
-            _write_all(server.ctl_w, frame)
+            os.write(server.ctl_w, struct.pack(">I", len(data)))
+            _write_all(server.ctl_w, data)
             if self.mode == MODE_PER_EXEC and self._spare is None:
                 self._spare = self._launch()
-            verdict = _read_frame(server.verdict_r, time.monotonic() + timeout_s + _GRACE_S)
+            verdict = _read_frame(server.verdict_r, time.monotonic() + wait_s + _GRACE_S)
         except OSError:
             verdict = None
         oom = bool(self.cgroup and self.cgroup.oom_kills() > oom_before)
         if verdict is None:
             self._kill(server)
             status = TIMEOUT if time.monotonic() - start >= timeout_s else "error"
-            return sandbox_error("the sandbox stopped answering (server killed and restarted)",
-                                 isolation=self.mode, limits=self.limits, status=
-                                 "memory" if oom else status,
-                                 duration_s=time.monotonic() - start)
+            return None, oom, sandbox_error(
+                "the sandbox stopped answering (server killed and restarted)",
+                isolation=self.mode, limits=self.limits, status="memory" if oom else status,
+                duration_s=time.monotonic() - start)
         server.jobs += 1
         max_jobs = 1 if self.mode == MODE_PER_EXEC else self.cfg.recycle_after
         if server.jobs >= max_jobs or not verdict.get("clean", False):
             self._close(server)
         if self._workdir:
             _empty_dir(self._workdir)
-        return to_result(verdict, timeout_s=timeout_s, oom_killed=oom,
-                         tests_total=tests.tests_total, isolation=self.mode, limits=self.limits)
+        return verdict, oom, None
 
 
 def _kill_children(pid: int) -> None:

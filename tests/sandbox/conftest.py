@@ -7,6 +7,7 @@ import os
 import pytest
 from sandbox_support import (  # noqa: F401  (re-exported for the tests)
     ISOLATED_MODES,
+    SUITE,
     UID_BASE,
     PoolUnderTest,
     _problems,
@@ -16,7 +17,7 @@ from sandbox_support import (  # noqa: F401  (re-exported for the tests)
 )
 
 
-@pytest.fixture(scope="module", params=ISOLATED_MODES)
+@pytest.fixture(scope="module", params=(*ISOLATED_MODES, SUITE))
 def sandbox(request):
     if _problems():
         pytest.skip(f"sandbox isolation unavailable: {_problems()}")

@@ -7,9 +7,11 @@ from pathlib import Path
 
 import pytest
 
-from pipeline.sandbox import Job, SandboxConfig, SandboxPool, self_check
+from pipeline.sandbox import Job, SandboxConfig, SandboxPool, SuiteJob, self_check
 
 ISOLATED_MODES = ("forkserver", "per_exec")
+# The adversarial programs also run as suite jobs (stages.verify.execute's way): see PoolUnderTest.
+SUITE = "suite"
 UID_BASE = 64100  # away from the default pool's uids, so other sandbox users do not disturb counts
 
 
@@ -45,8 +47,10 @@ class PoolUnderTest:
     """A pool plus what a clean state looks like for it (servers alive, nothing else)."""
 
     def __init__(self, mode: str, **overrides):
-        cfg = SandboxConfig(mode=mode, workers=1, uid_base=UID_BASE + 10 * ISOLATED_MODES.index(mode),
-                            **overrides)
+        self.suite = mode == SUITE
+        mode = "forkserver" if self.suite else mode
+        offset = 20 if self.suite else 10 * ISOLATED_MODES.index(mode)
+        cfg = SandboxConfig(mode=mode, workers=1, uid_base=UID_BASE + offset, **overrides)
         self.pool = SandboxPool.from_config(cfg)
         self.mode = mode
         self.uids = {w.slot.uid for w in self.pool._workers}
@@ -61,4 +65,11 @@ class PoolUnderTest:
         return procs if len(procs) > len(self.uids) else []
 
     def run(self, solution: str, tests: str, **kw):
-        return self.pool.run(Job(solution, tests, **kw))
+        """One job; as a suite, the tests twice: both must get the verdict a job gets (the
+        first one's leftovers must not change the second), the second is returned."""
+        if not self.suite:
+            return self.pool.run(Job(solution, tests, **kw))
+        first, second = self.pool.run_suites([SuiteJob(solution, (tests, tests), **kw)])[0]
+        assert (first.status, first.error_type, first.assertions_passed) == \
+            (second.status, second.error_type, second.assertions_passed)
+        return second

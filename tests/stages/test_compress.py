@@ -26,7 +26,7 @@ from stages.kcenter import kcenter_greedy
 
 
 class FakeContext:
-    """The two things compress uses from a run context: run_dir and write_artifact."""
+    """What compress uses from a run context: run_dir, write_artifact and cache_dir."""
 
     def __init__(self, run_dir: Path, seed: int = 0):
         self.run_dir = run_dir
@@ -38,6 +38,11 @@ class FakeContext:
         path.parent.mkdir(parents=True, exist_ok=True)
         pq.write_table(data, path)
         self.written.append(relpath)
+        return path
+
+    def cache_dir(self, name: str) -> Path:
+        path = self.run_dir / "cache" / name
+        path.mkdir(parents=True, exist_ok=True)
         return path
 
 
@@ -124,23 +129,23 @@ def test_cache_embeds_only_new_texts(tmp_path):
         calls.append(list(texts))
         return np.array([[len(t), sum(map(ord, t)) % 97, 1.0] for t in texts], np.float32)
 
-    ctx = FakeContext(tmp_path)
+    m1, m2 = tmp_path / "m1", tmp_path / "m2"
+    m1.mkdir()
+    m2.mkdir()
     texts = ["alpha task", "beta task", "gamma task"]
-    first, hits = cached_embeddings(texts, fake_embed, tmp_path, "cache/embeddings/m1",
-                                    ctx.write_artifact)
+    first, hits = cached_embeddings(texts, fake_embed, m1)
     assert hits == 0 and sorted(calls[0]) == sorted(texts)
-    again, hits = cached_embeddings(texts[::-1], fake_embed, tmp_path, "cache/embeddings/m1",
-                                    ctx.write_artifact)
+    again, hits = cached_embeddings(texts[::-1], fake_embed, m1)
     assert hits == 3 and len(calls) == 1
     np.testing.assert_array_equal(again, first[::-1])
-    more, hits = cached_embeddings(texts + ["delta task"], fake_embed, tmp_path,
-                                   "cache/embeddings/m1", ctx.write_artifact)
-    assert hits == 3 and calls[1] == ["delta task"]
+    more, hits = cached_embeddings(texts + ["delta  task"], fake_embed, m1)
+    assert hits == 3 and calls[1] == ["delta task"]  # the normalised text is embedded
     np.testing.assert_array_equal(more[:3], first)
-    assert len(list((tmp_path / "cache/embeddings/m1").glob("part-*.parquet"))) == 2
-    _, hits = cached_embeddings(texts, fake_embed, tmp_path, "cache/embeddings/m2",
-                                ctx.write_artifact)
+    assert len(list(m1.glob("part-*.parquet"))) == 2
+    _, hits = cached_embeddings(texts, fake_embed, m2)
     assert hits == 0  # another model's namespace
+    _, hits = cached_embeddings(texts + texts, fake_embed, None)  # no cache: once per text
+    assert hits == 0 and len(calls[-1]) == 3
 
 
 def test_empty_input_needs_no_model(tmp_path):

@@ -229,3 +229,17 @@ def test_torch_backend_on_cuda_matches_numpy():
     got = kcenter_greedy_with_radii(X, 200, backend="auto")  # auto picks CUDA
     assert got.indices.tolist() == want.indices.tolist()
     _assert_radii(got.radii, want.radii, sqrt_ulps=1)  # the torch path's allowance, any device
+
+
+@pytest.mark.parametrize("backend", ["numpy", "torch"])
+@pytest.mark.parametrize("stop", [0.0, 0.8, 1.5, 3.0, 100.0])
+def test_stop_below_returns_the_r_net_prefix_of_the_full_selection(backend, stop):
+    if backend == "torch":
+        pytest.importorskip("torch")
+    X = _points(300, 8, seed=7, dtype=np.float32)
+    X[150:] = X[:150] + 0.01  # near-duplicates
+    full = kcenter_greedy_with_radii(X, 300, first=3, backend=backend)
+    keep = 1 + int(np.count_nonzero(full.radii[:-1] >= stop))
+    early = kcenter_greedy_with_radii(X, 300, first=3, backend=backend, stop_below=stop)
+    assert early.indices.tolist() == full.indices[:keep].tolist()
+    np.testing.assert_array_equal(early.radii, full.radii[:keep])

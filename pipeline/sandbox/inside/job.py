@@ -11,6 +11,7 @@ import gc
 import marshal
 import operator
 import os
+import resource
 import sys
 import types
 
@@ -22,7 +23,8 @@ _HEAPTYPE = 1 << 9  # Py_TPFLAGS_HEAPTYPE: the type was created by a class state
 # Captured before any untrusted code runs: a solution may rebind the names, not these objects.
 _AssertionError, _BaseException, _SystemExit, _MemoryError = (
     AssertionError, BaseException, SystemExit, MemoryError)
-_write, _exit, _type = os.write, os._exit, type
+_write, _exit, _type, _loads = os.write, os._exit, type, marshal.loads
+_getrusage, _RUSAGE_SELF, _read = resource.getrusage, resource.RUSAGE_SELF, os.read
 
 
 class _Job:
@@ -161,15 +163,101 @@ def _report(exc, phase, sources):
 
 def run_job(job, cfg):
     """Run solution then tests in this process (C2). Never returns."""
-    sources = {"<solution>": job["solution"].splitlines(), "<tests>": job["lines"]}
+    chunks = _loaded(job["chunks"])  # before any untrusted code runs
+    namespace, sources, _ = _load_solution(job, job["lines"])
+    if _run_chunks(chunks, namespace, sources):
+        _emit(b"done")
+    _flush_and_exit()
+
+
+def run_tests(job, cfg, first, ack_fd):
+    """A suite's tests ``first..`` one after another in this process (see ``suite``).
+
+    The solution runs once; each test then runs as a single job's would, in the solution's
+    namespace as the solution left it (names a test binds are undone after it, builtins too,
+    and the files it left in the work dir (and ``/tmp`` in isolated modes) are removed), after a
+    ``t <i>`` event and the supervisor's ack of it on ``ack_fd`` (output is flushed before each
+    event, so the supervisor can split stdout and stderr by test). Once this process has used
+    ``cpu_budget_s`` of CPU it ends with ``yield <i>`` before test ``i``, to be started afresh
+    there. Never returns.
+    """
+    suites = job["suites"]
+    chunks = [_loaded(s["chunks"]) if i >= first else () for i, s in enumerate(suites)]
+    namespace, sources, snapshots = _load_solution(job, suites[first]["lines"])
+    saved = dict(namespace)
+    versions = _versions(snapshots)
+    budget = float(job.get("cpu_budget_s", 0.25))
+    # degraded: the work dir is the worker's own, /tmp the host's (left alone)
+    tmp_dirs = (cfg["work_dir"], "/tmp") if cfg["isolated"] else (cfg["work_dir"],)
+    for i in range(first, len(suites)):
+        _flush()
+        if i > first and _cpu_seconds() > budget:
+            _emit(b"yield", i)
+            _exit(0)
+        _emit(b"t", i)
+        if not _read(ack_fd, 1):
+            _exit(0)  # the supervisor is gone
+        sources["<tests>"] = suites[i]["lines"]
+        if _run_chunks(chunks[i], namespace, sources):
+            _emit(b"done")
+        if namespace != saved:
+            namespace.clear()
+            namespace.update(saved)
+        if versions is None or _versions(snapshots) != versions:
+            _restore_builtins(snapshots)
+        for path in tmp_dirs:  # what a test wrote is not the next test's
+            _empty(path)
+        try:
+            os.chdir(tmp_dirs[0])
+        except OSError:
+            pass
+    _flush()
+    _emit(b"end")
+    _exit(0)
+
+
+def _empty(path):
+    """Remove what is in ``path`` (a tmpfs of this job's own), as far as it can."""
+    try:
+        entries = list(os.scandir(path))
+    except OSError:
+        return
+    for entry in entries:
+        try:
+            if entry.is_dir(follow_symlinks=False):
+                os.chmod(entry.path, 0o700)
+                _empty(entry.path)
+                os.rmdir(entry.path)
+            else:
+                os.unlink(entry.path)
+        except OSError:
+            pass
+
+
+def _cpu_seconds():
+    usage = _getrusage(_RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+def _loaded(chunks):
+    return [(kind, _loads(code)) for kind, code in chunks]
+
+
+def _load_solution(job, lines):
+    """Compile and run the solution as ``__main__``; (namespace, sources, snapshots).
+
+    Reports and exits when it does not compile or raises.
+    """
+    sources = {"<solution>": job["solution"].splitlines(), "<tests>": lines}
     try:
         solution = compile(job["solution"], "<solution>", "exec", dont_inherit=True, optimize=0)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         _report(exc, "compile", sources)
         _exit(0)
-    chunks = [(kind, marshal.loads(code)) for kind, code in job["chunks"]]
     snapshots = _Snap.snapshots
-    if "unittest" not in sys.modules and any("unittest" in line for line in job["lines"]):
+    uses_unittest = any("unittest" in line for s in job.get("suites", [{"lines": lines}])
+                        for line in s["lines"])
+    if "unittest" not in sys.modules and uses_unittest:
         import unittest  # noqa: F401 - imported before the solution so its TestCase is restorable
     if "unittest" in sys.modules and len(snapshots) == 1:
         snapshots = [*snapshots, _snapshot(sys.modules["unittest"].TestCase)]
@@ -189,20 +277,23 @@ def run_job(job, cfg):
     if versions is None or _versions(snapshots) != versions:
         _restore_builtins(snapshots)
     namespace.update(__af_cmp=_af_cmp, __af_plain=_af_plain, __af_assert=_af_assert)
+    return namespace, sources, snapshots
+
+
+def _run_chunks(chunks, namespace, sources):
+    """Run one test's statements; True when all ran (an assert's failure does not stop it)."""
     for kind, code in chunks:
         try:
             exec(code, namespace)  # noqa: S102
         except _AssertionError as exc:
             _report(exc, "tests", sources)
             if kind != "assert":
-                break
+                return False
         except _BaseException as exc:
             _report(exc, "tests", sources)
             if kind != "assert" or isinstance(exc, (_SystemExit, _MemoryError)):
-                break
-    else:
-        _emit(b"done")
-    _flush_and_exit()
+                return False
+    return True
 
 
 def _restore_builtins(snapshots):
@@ -222,12 +313,16 @@ def _restore_builtins(snapshots):
                     setattr(target, key, val)
 
 
-def _flush_and_exit():
+def _flush():
     for stream in (sys.stdout, sys.stderr):
         try:
             stream.flush()
         except _BaseException:
             pass
+
+
+def _flush_and_exit():
+    _flush()
     _exit(0)
 
 

@@ -29,7 +29,8 @@ from spawn import (
     setup,
     start_child,
 )
-from wire import read_frame, write_frame
+from suite import serve_suite
+from wire import add_event, new_summary, parse_event, read_frame, write_frame
 
 # While a job runs, its event pipe is read at most once per this many seconds: a test with a
 # hundred assertions otherwise wakes the server a hundred times (~10 us each on these cores).
@@ -198,33 +199,35 @@ def serve_job(job, cfg):
     for fd in (ev_r, out_r, err_r, pidfd, pid_r):
         if fd >= 0:
             os.close(fd)
-    summary = {"ok": 0, "failed": 0, "first_failure": None, "first_error": None, "done": False,
-               "started": False, "setup": None}
+    summary = new_summary()
     for line in events:
-        parts = line.split(b"\t")
-        if parts[0] != nonce or len(parts) < 2:
-            continue  # not written by the harness code of this job
-        kind = parts[1]
-        try:
-            fields = [binascii.a2b_base64(f).decode("utf-8", "replace") for f in parts[2:]]
-        except binascii.Error:
-            continue
-        if kind == b"ok":
-            summary["ok"] += 1
-        elif kind == b"exc" and len(fields) == 4:
-            ev = dict(zip(("phase", "kind", "name", "msg"), fields))
-            summary["failed"] += ev["phase"] == "tests"
-            key = "first_failure" if ev["kind"] == "assertion" else "first_error"
-            summary[key] = summary[key] or ev
-        elif kind in (b"done", b"start"):
-            summary["done" if kind == b"done" else "started"] = True
-        elif kind == b"setup" and fields:
-            summary["setup"] = fields[0]
+        event = parse_event(line, nonce)
+        if event is not None:
+            add_event(summary, *event)
     code = os.waitstatus_to_exitcode(status)
     summary.update(reason=reason, exit_code=code if code >= 0 else 128 - code,
                    stdout=tails[out_r].text(), stderr=tails[err_r].text(),
                    duration_s=time.monotonic() - start, clean=clean)
     return summary
+
+
+def _serve_suite(job, cfg):
+    """A suite job (``suite``): each of its test processes is started as a job's process."""
+    job["nonce"] = binascii.hexlify(os.urandom(12))
+
+    def start_test(job, cfg, first, fds, close_fds):
+        pid, pid_r = start_child(dict(job, first=first), cfg, fds,
+                                 (*close_fds, 0, cfg["verdict_fd"]))
+        if pid_r >= 0:  # C1 forked the process and exits; the process is ours (subreaper)
+            os.waitpid(pid, 0)
+            c2 = _handed_over(pid_r)
+            os.close(pid_r)
+            return c2  # None: C1 failed before forking it (its setup error is on the pipe)
+        return pid
+
+    verdict = serve_suite(job, cfg, start_test)
+    verdict["clean"] = _reap(cfg, None, None, 0)[1]
+    return verdict
 
 
 def _drop_to(uid):
@@ -281,7 +284,7 @@ def main(argv):
         job = read_frame(0)
         if job is None:
             return
-        verdict = serve_job(job, cfg)
+        verdict = serve_job(job, cfg) if "suites" not in job else _serve_suite(job, cfg)
         write_frame(cfg["verdict_fd"], verdict)
         if not verdict["clean"]:
             return

@@ -18,7 +18,8 @@ single-threaded, so no other thread can hold a lock the child would inherit. Wha
 ``fork`` adds (resetting such locks, recording the child's thread id in its thread descriptor)
 is moot then, and glibc (>= 2.34) asks the kernel for the thread id where it matters (raise,
 abort). Where the system call's number is unknown here, or the kernel refuses the call, C1/C2 is
-used; both ways set up the same namespaces and limits.
+used; both ways set up the same namespaces and limits. A suite's test process (``suite``) is
+made the same way; it runs ``job.run_tests`` instead of ``job.run_job``.
 """
 
 import binascii
@@ -28,7 +29,7 @@ import resource
 import struct
 import sys
 
-from job import bind_channel, report_setup_error, run_job
+from job import bind_channel, report_setup_error, run_job, run_tests
 
 libc = ctypes.CDLL(None, use_errno=True)
 _CLONE_FLAGS = 0x00020000 | 0x04000000 | 0x08000000 | 0x10000000 | 0x20000000  # NS UTS IPC USER PID
@@ -162,12 +163,20 @@ def _in_child(job, fds, close_fds, fn, *args):
 
 def _clone_child(job, cfg, fds):
     _enter_namespaces()
-    _prepare_job(job, cfg, fds, parent_is_server=True)
-    run_job(job, cfg)
+    _run(job, cfg, fds, parent_is_server=True)
 
 
 def _degraded_child(job, cfg, fds):
-    _prepare_job(job, cfg, fds, parent_is_server=True)
+    _run(job, cfg, fds, parent_is_server=True)
+
+
+def _run(job, cfg, fds, parent_is_server):
+    """Set up the job's process, then run its job, or its part of a suite (``suite``): tests
+    ``job["first"]..`` with the server's acks on ``fds[3]`` (fd 4 then)."""
+    if "first" in job:
+        _prepare_job(job, cfg, fds[:3], parent_is_server, ack_fd=fds[3])
+        run_tests(job, cfg, job["first"], 4)
+    _prepare_job(job, cfg, fds, parent_is_server)
     run_job(job, cfg)
 
 
@@ -186,8 +195,11 @@ def _enter_namespaces():
                          _Pre.tmpfs_opts), "mount tmpfs")
 
 
-def _prepare_job(job, cfg, fds, parent_is_server):
-    """Limits, output plumbing and privilege drop of the job's process, before untrusted code."""
+def _prepare_job(job, cfg, fds, parent_is_server, ack_fd=None):
+    """Limits, output plumbing and privilege drop of the job's process, before untrusted code.
+
+    ``ack_fd`` (a suite's test process) becomes fd 4, for the server's acks (see ``suite``).
+    """
     ev_w, out_w, err_w = fds
     # kill(0, ...) by the job must not reach the server's process group. A group, not a session:
     # setsid would also create a scheduler autogroup per job.
@@ -208,7 +220,9 @@ def _prepare_job(job, cfg, fds, parent_is_server):
     os.dup2(out_w, 1)
     os.dup2(err_w, 2)
     ev = os.dup2(ev_w, 3)
-    os.closerange(4, 1 << 16)
+    if ack_fd is not None:
+        os.dup2(ack_fd, 4)
+    os.closerange(4 if ack_fd is None else 5, 1 << 16)
     bind_channel(ev, job["nonce"])
     os.chdir(cfg["work_dir"])
     try:
@@ -257,5 +271,4 @@ def _start_c1(job, cfg, fds, pid_w):
 
 
 def _c2_of_c1(job, cfg, fds):
-    _prepare_job(job, cfg, fds, parent_is_server=False)
-    run_job(job, cfg)
+    _run(job, cfg, fds, parent_is_server=False)

@@ -69,4 +69,37 @@ def write_frame(fd, verdict):
     os.write(fd, struct.pack(">I", len(data)) + data)
 
 
+def new_summary():
+    """What the events of one job (or one suite test) add up to; see ``add_event``."""
+    return {"ok": 0, "failed": 0, "first_failure": None, "first_error": None, "done": False,
+            "started": False, "setup": None}
+
+
+def parse_event(line, nonce):
+    """``(kind, fields)`` of one event line of the job with ``nonce``; None for a line that is
+    not (not written by the harness code of this job, or garbled)."""
+    parts = line.split(b"\t")
+    if parts[0] != nonce or len(parts) < 2:
+        return None
+    try:
+        return parts[1], [binascii.a2b_base64(f).decode("utf-8", "replace") for f in parts[2:]]
+    except binascii.Error:
+        return None
+
+
+def add_event(summary, kind, fields):
+    """Count one event of the job's own harness code into ``summary`` (``new_summary``)."""
+    if kind == b"ok":
+        summary["ok"] += 1
+    elif kind == b"exc" and len(fields) == 4:
+        ev = dict(zip(("phase", "kind", "name", "msg"), fields))
+        summary["failed"] += ev["phase"] == "tests"
+        key = "first_failure" if ev["kind"] == "assertion" else "first_error"
+        summary[key] = summary[key] or ev
+    elif kind in (b"done", b"start"):
+        summary["done" if kind == b"done" else "started"] = True
+    elif kind == b"setup" and fields:
+        summary["setup"] = fields[0]
+
+
 # ----------------------------------------------------------------------------- inside the job (C2)

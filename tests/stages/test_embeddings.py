@@ -1,0 +1,75 @@
+"""The embeddings cache shared by decontaminate and compress (stages.embeddings)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pytest
+
+from pipeline.textnorm import instruction_id, normalize_text
+from stages import compress, decontaminate
+from stages.embeddings import cached_embeddings
+
+TEXTS = ["Write a Python function that\nreverses a string.",
+         "Implement  merge sort\tfor a list of numbers in Python.",
+         "  Write a SQL query that counts orders per customer.\n\n",
+         "Write a Python function that returns the n-th Fibonacci number."]
+
+
+class Ctx:
+    """What the two stages use of a run context."""
+
+    def __init__(self, run_dir: Path):
+        self.run_dir, self.seed = run_dir, 0
+
+    def cache_dir(self, name: str) -> Path:
+        path = self.run_dir / "cache" / name
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def write_artifact(self, relpath: str, data) -> Path:
+        import pyarrow.parquet as pq
+
+        path = self.run_dir / relpath
+        path.parent.mkdir(parents=True, exist_ok=True)
+        pq.write_table(data, path)
+        return path
+
+
+def test_each_distinct_normalised_text_is_embedded_once(tmp_path):
+    calls: list[list[str]] = []
+
+    def embed(texts):
+        calls.append(list(texts))
+        return np.arange(2 * len(texts), dtype=np.float32).reshape(len(texts), 2)
+
+    vecs, hits = cached_embeddings(["a  b", "a b", "c"], embed, tmp_path)
+    assert hits == 0 and sorted(calls[0]) == ["a b", "c"]
+    np.testing.assert_array_equal(vecs[0], vecs[1])
+
+
+@pytest.mark.models
+def test_normalising_does_not_change_minilm_tokens():
+    from stages.embeddings import _load_model, resolve_model_path
+
+    tok = _load_model(resolve_model_path(None), None).tokenizer
+    for text in TEXTS:
+        assert tok(text)["input_ids"] == tok(normalize_text(text))["input_ids"]
+
+
+@pytest.mark.models
+def test_compress_reuses_what_decontaminate_embedded(tmp_path):
+    ctx = Ctx(tmp_path)
+    table = pa.table({"instruction_id": [instruction_id(t) for t in TEXTS],
+                      "instruction": TEXTS})
+    kept = decontaminate.run(table, decontaminate.DecontaminateConfig(), ctx).table
+    assert kept.num_rows == len(TEXTS) - 1  # the Fibonacci request is HumanEval/55
+    out = compress.run(kept, compress.CompressConfig(min_distance=None), ctx)
+    assert out.stats["embeddings_computed"] == 0
+    assert out.stats["embeddings_cached"] == kept.num_rows
+    # and a second decontamination embeds nothing new (HumanEval docstrings included)
+    parts = len(list(tmp_path.glob("cache/embeddings/*/part-*.parquet")))
+    decontaminate.run(table, decontaminate.DecontaminateConfig(), ctx)
+    assert len(list(tmp_path.glob("cache/embeddings/*/part-*.parquet"))) == parts
