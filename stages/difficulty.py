@@ -41,7 +41,7 @@ from typing import ClassVar, Literal
 import pyarrow as pa
 from pydantic import Field
 
-from pipeline.backends.capabilities import Capability, CapabilityNeed, protocol_needs
+from pipeline.backends.capabilities import Capability, JudgedSection
 from pipeline.stage import StageConfig, StageResult, StageSpec
 from stages import judge_logits
 from stages.judge_logits import BACKEND_ERROR, choice_reading, expected_score
@@ -137,8 +137,11 @@ PROTOCOLS: dict[str, DifficultyProtocol] = {
 ProtocolName = Literal[tuple(PROTOCOLS)]  # type: ignore[valid-type]
 
 
-class DifficultyConfig(StageConfig):
+class DifficultyConfig(JudgedSection, StageConfig):
     """Judges, sampling and the filter of the difficulty stage."""
+
+    capability_stage: ClassVar[str] = "difficulty"
+    protocol_registry: ClassVar[dict] = PROTOCOLS
 
     judges: list[str] | None = Field(default=None,
                                      description="Judge model ids; default: the run's judges.")
@@ -160,16 +163,6 @@ class DifficultyConfig(StageConfig):
     temperature: float = Field(default=0.0, ge=0)
     batch_size: int = Field(default=16, ge=1, description="Conversations per backend call.")
 
-    def judge_ids(self, run_cfg=None) -> list[str]:
-        """The judges this stage asks: its own ``judges`` (a run fills them in), else those
-        of ``run_cfg`` when given."""
-        if self.judges is not None:
-            return list(self.judges)
-        return list(run_cfg.judge_ids) if run_cfg is not None else []
-
-    def capability_needs(self, run_cfg) -> list[CapabilityNeed]:
-        """What each judge's backend must serve for ``protocol`` (checked at config time)."""
-        return protocol_needs("difficulty", PROTOCOLS, self.protocol, self.judge_ids(run_cfg))
 
 
 def build_conversation(instruction: str, protocol: str = "generative") -> Conversation:

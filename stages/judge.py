@@ -29,12 +29,12 @@ from __future__ import annotations
 import dataclasses
 import logging
 from itertools import combinations
-from typing import Literal
+from typing import ClassVar, Literal
 
 import pyarrow as pa
 from pydantic import Field
 
-from pipeline.backends.capabilities import CapabilityNeed, protocol_needs
+from pipeline.backends.capabilities import JudgedSection
 from pipeline.stage import StageConfig, StageResult, StageSpec
 from stages import judge_logits
 from stages import judge_protocols as jp
@@ -58,8 +58,11 @@ OUTPUT_SCHEMA = pa.schema([
 ])
 
 
-class JudgeConfig(StageConfig):
+class JudgeConfig(JudgedSection, StageConfig):
     """Which judges, which protocol, and their budget."""
+
+    capability_stage: ClassVar[str] = "judge"
+    protocol_registry: ClassVar[dict] = jp.PROTOCOLS
 
     protocol: jp.ProtocolName = Field(default=DEFAULT_PROTOCOL,
                                       description=" | ".join(jp.PROTOCOLS)
@@ -90,17 +93,6 @@ class JudgeConfig(StageConfig):
         default=True, description="logprob protocols: re-read a reading under min_choice_mass "
         "with the reply started for the judge ('Score: ' / 'Answer: '); SmolLM2-135M's digit "
         "mass went from 0.03-0.15 to 0.55-0.70 on 12 answers of a default run.")
-
-    def judge_ids(self, run_cfg=None) -> list[str]:
-        """The judges this stage asks: its own ``judges`` (a run fills them in), else those
-        of ``run_cfg`` when given."""
-        if self.judges is not None:
-            return list(self.judges)
-        return list(run_cfg.judge_ids) if run_cfg is not None else []
-
-    def capability_needs(self, run_cfg) -> list[CapabilityNeed]:
-        """What each judge's backend must serve for ``protocol`` (checked at config time)."""
-        return protocol_needs("judge", jp.PROTOCOLS, self.protocol, self.judge_ids(run_cfg))
 
 
 def enumerate_battles(table: pa.Table, cfg: JudgeConfig) -> list[Battle]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, get_args
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 if TYPE_CHECKING:
     from pipeline.models import ModelSpec
@@ -118,3 +118,27 @@ def protocol_needs(stage: str, protocols: Mapping[str, Any], chosen: str,
     alternatives = tuple((name, p.needs) for name, p in protocols.items())
     return [CapabilityNeed(stage, chosen, m, protocols[chosen].needs, alternatives)
             for m in model_ids]
+
+
+class JudgedSection:
+    """A stage section whose ``judges`` all serve its one ``protocol`` (judge, difficulty).
+
+    Subclasses (pydantic stage configs with ``judges`` and ``protocol`` fields) set
+    ``capability_stage`` and ``protocol_registry``; the capability check and the stage read
+    the judges through here.
+    """
+
+    capability_stage: ClassVar[str]
+    protocol_registry: ClassVar[Mapping[str, Any]]
+
+    def judge_ids(self, run_cfg: Any = None) -> list[str]:
+        """The judges this stage asks: its own ``judges`` (a run fills them in), else those
+        of ``run_cfg`` when given."""
+        if self.judges is not None:  # type: ignore[attr-defined]
+            return list(self.judges)  # type: ignore[attr-defined]
+        return list(run_cfg.judge_ids) if run_cfg is not None else []
+
+    def capability_needs(self, run_cfg: Any) -> list[CapabilityNeed]:
+        """What each judge's backend must serve for ``protocol`` (checked at config time)."""
+        return protocol_needs(self.capability_stage, self.protocol_registry,
+                              self.protocol, self.judge_ids(run_cfg))  # type: ignore[attr-defined]
