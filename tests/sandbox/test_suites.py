@@ -87,6 +87,10 @@ def test_fail_fast_skips_after_a_first_timeout_only(pool):
                                                    fail_fast=True)])
     assert skipped[0].status == TIMEOUT and skipped[1:] == [None, None]
     assert [r.status for r in run_all] == [PASSED, PASSED, PASSED, PASSED]
+    # a solution that loops as it loads: its first test timed out, as a single job would
+    [looping] = pool.run_suites([SuiteJob("while True:\n    pass\n", tests, 0.5,
+                                          fail_fast=True)])
+    assert looping[0].status == TIMEOUT and looping[1:] == [None, None]
 
 
 def test_many_cpu_heavy_tests_each_get_a_full_cpu_limit(pool):

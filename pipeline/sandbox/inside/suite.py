@@ -210,16 +210,18 @@ def _run_process(job, cfg, start_test, first, report):
         os.close(fd)
     if resume is not None:
         return resume if resume < n else None
+    at = first if index is None else index  # the test this process ended in
+    skip_rest = job.get("fail_fast") and reason == "timeout" and at == 0
     if index is None:  # the solution's phase: every remaining test gets its verdict
-        for i in range(first, n):
+        for i in range(first, first + 1 if skip_rest else n):
             _report(report, i, None, sol, code, reason, keep)
-        return None
-    _report(report, index, cur, sol, code, reason, keep)
-    if job.get("fail_fast") and index == 0 and reason == "timeout":
+    else:
+        _report(report, index, cur, sol, code, reason, keep)
+    if skip_rest:
         for k in range(1, n):
             report(k, None)
         return None
-    return index + 1 if index + 1 < n else None
+    return index + 1 if index is not None and index + 1 < n else None
 
 
 def _exit_code(pid, status, nested):
