@@ -1,6 +1,8 @@
 """Stage ``decontaminate``: drop requests that overlap benchmark prompts or solutions.
 
-Input columns: ``instruction_id, instruction``. Unsharded (the benchmark index is built once).
+Input columns: ``instruction_id, instruction``. Sharded: each row is checked on its own; a
+worker builds the benchmark index once per shard (milliseconds) and the benchmark embeddings
+come from the run's embedding cache.
 Dropped rows carry ``reason`` (``ngram_overlap`` or ``embedding_similarity``) and
 ``contamination``: JSON evidence, a list of ``{method, benchmark, task_id, field, ...}`` matches.
 
@@ -258,5 +260,5 @@ def run(table: pa.Table, cfg: DecontaminateConfig, ctx) -> StageResult:
 
 
 STAGE = StageSpec(name="decontaminate", config=DecontaminateConfig, run=run,
-                  source="difficulty", sharded=False, inputs=("instruction_id", "instruction"),
+                  source="difficulty", inputs=("instruction_id", "instruction"),
                   outputs=("instruction_id", "instruction"))

@@ -143,7 +143,9 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
     """Write tests with every author, cross-check them against every answer, keep the trusted."""
     from stages.verify import execute
 
-    authors = list(cfg.authors) if cfg.authors is not None else list(ctx.config.experts)
+    if not cfg.authors:
+        raise ValueError("tests.authors: no author configured (a run fills in its experts)")
+    authors = list(cfg.authors)
     if not authors:
         raise ValueError("tests.authors: no test author configured")
     answers: dict[str, list[dict]] = defaultdict(list)

@@ -12,9 +12,10 @@ the failing line), ``failed_test`` (its code), ``stdout_tail``, ``stderr_tail``,
 
 Every answer is one sandbox job that runs each test on its own (``execute``), so one test's
 failure, timeout or leftover process never hides the others and ``tests_passed`` counts exactly;
-all jobs of the stage go to the pool in one batch. The stage is unsharded so that its stats
-(``pass_rate.<model>``, ``winners_failed``, ``flipped``, ``no_tests``) are whole-run numbers; it
-runs no model.
+all jobs of a shard go to the pool in one batch. Sharded by instruction (selection is per
+instruction), so on a cluster every node's sandbox pool takes part; its stats are counts
+(``tested.<model>``, ``passed.<model>``, ``winners_failed``, ``flipped``, ``no_tests``) that add
+up over shards. It runs no model.
 """
 
 from __future__ import annotations
@@ -217,7 +218,11 @@ def verdict_columns(verdicts: Sequence[Verdict]) -> dict[str, pa.Array]:
 
 def verify_stats(rows: list[dict], verdicts: Sequence[Verdict],
                  sel: list[dict]) -> dict[str, float]:
-    """Per-model pass rates and the judge-vs-execution counters of the run."""
+    """Per-model tested/passed counts and the judge-vs-execution counters of a shard.
+
+    Counts only: the runner adds shard stats up, so a rate here would be summed (a pass rate is
+    ``passed.M / tested.M`` of the stage's totals).
+    """
     stats: dict[str, float] = defaultdict(float)
     no_tests, winners_failed = set(), 0
     for row, v, s in zip(rows, verdicts, sel):
@@ -229,9 +234,6 @@ def verify_stats(rows: list[dict], verdicts: Sequence[Verdict],
         stats[f"passed.{model}"] += v.status == PASSED
         winners_failed += s["judge_winner"] and v.status != PASSED
         stats["selected_passed"] += s["selected"] and v.status == PASSED
-    for key in [k for k in stats if k.startswith("tested.")]:
-        model = key.split(".", 1)[1]
-        stats[f"pass_rate.{model}"] = stats[f"passed.{model}"] / stats[key]
     stats["winners_failed"] = float(winners_failed)
     stats["flipped"] = float(sum(s["flipped"] for s in sel))
     stats["no_tests"] = float(len(no_tests))
@@ -263,6 +265,6 @@ STAGE = StageSpec(
     name="verify", config=VerifyConfig, run=run, source="answer",
     reads={"tests": TRUSTED_TEST_COLUMNS,
            "rate": ("instruction_id", "model", "final_score", "winner")},
-    sharded=False, inputs=("instruction_id", "model", "code"),
+    inputs=("instruction_id", "model", "code"),
     outputs=(*VERDICT_SCHEMA.names, *SELECTION_SCHEMA.names),
 )

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import types
-
 import pyarrow as pa
 import pytest
 
@@ -139,7 +137,6 @@ class ScriptedAuthor:
 class Ctx:
     def __init__(self, pool, authors):
         self.pool, self.authors, self.seed = pool, authors, 0
-        self.config = types.SimpleNamespace(experts=list(authors))
 
     def backend(self, model_id):
         return self.authors[model_id]
@@ -174,7 +171,7 @@ def test_stage_cross_checks_against_all_answers(pool):
         "m2": ScriptedAuthor({"Add two": "I would test it by hand."}),
         "m3": ScriptedAuthor({"Add two": fence("assert add(5, 5) == 0", "assert add(1, 2) == 3")}),
     }
-    result = run(answers, TestGenConfig(), Ctx(pool, authors))
+    result = run(answers, TestGenConfig(authors=list(authors)), Ctx(pool, authors))
     rows = result.table.to_pylist()
     i1 = {(r["author"], r["test_idx"]): r for r in rows if r["instruction_id"] == "i1"}
     # m1's tests: t0 passed by the consensus {m1, m2}; t1 passed by nobody; t2 by everyone
