@@ -23,6 +23,7 @@ from pipeline.store import RunStore
 
 _BACKENDS: dict[tuple, Any] = {}
 _SANDBOX: dict[tuple, Any] = {}
+_EMBEDDERS: dict[tuple, Any] = {}
 _TABLES: dict[tuple, pa.Table] = {}
 _LOCK = threading.Lock()
 
@@ -146,6 +147,18 @@ class RunContext:
                                                 cache_store=self.request_cache_store())
             return _TimedBackend(_BACKENDS[key], self)
 
+    @staticmethod
+    def embedder(model_path: Path, device: str | None = None) -> Any:
+        """A local sentence-transformers model, loaded once per process (like a backend)."""
+        key = (str(model_path), device)
+        with _LOCK:
+            if key not in _EMBEDDERS:
+                from sentence_transformers import SentenceTransformer
+
+                _EMBEDDERS[key] = SentenceTransformer(str(model_path), device=device,
+                                                      local_files_only=True)
+            return _EMBEDDERS[key]
+
     # -- sandbox ----------------------------------------------------------------------------
     def sandbox(self) -> Any:
         from pipeline.sandbox import SandboxPool
@@ -235,4 +248,5 @@ def close_process_resources() -> None:
                 logging.getLogger(__name__).debug("closing %r failed: %s", obj, exc)
         _BACKENDS.clear()
         _SANDBOX.clear()
+        _EMBEDDERS.clear()
         _TABLES.clear()

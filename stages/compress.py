@@ -126,7 +126,7 @@ def run(table: pa.Table, cfg: CompressConfig, ctx: Any) -> StageResult:
     cache_dir = ctx.cache_dir(f"embeddings/{model_key(model_path)}")
     emb, cached = cached_embeddings(
         texts, functools.partial(embed_texts, model_path=model_path, batch_size=cfg.batch_size,
-                                 device=cfg.device), cache_dir)
+                                 device=cfg.device, ctx=ctx), cache_dir)
     if cfg.normalize:
         emb = unit_rows(emb)
     ids = table.column("instruction_id").to_pylist()

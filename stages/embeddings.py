@@ -67,17 +67,20 @@ def model_key(model_path: Path) -> str:
     return h.hexdigest()[:16]
 
 
-@functools.cache
-def _load_model(model_path: Path, device: str | None) -> Any:
+def load_model(model_path: Path, device: str | None = None, ctx: Any = None) -> Any:
+    """The sentence-transformers model: the context's (loaded once per process) when there is
+    one, else a fresh load (the stage keeps no model cache of its own)."""
+    if ctx is not None and callable(getattr(ctx, "embedder", None)):
+        return ctx.embedder(model_path, device)
     from sentence_transformers import SentenceTransformer
 
     return SentenceTransformer(str(model_path), device=device, local_files_only=True)
 
 
 def embed_texts(texts: list[str], model_path: Path, batch_size: int = 64,
-                device: str | None = None) -> np.ndarray:
+                device: str | None = None, ctx: Any = None) -> np.ndarray:
     """(len(texts), d) float32 raw (unnormalised) sentence embeddings, in batches."""
-    model = _load_model(model_path, device)
+    model = load_model(model_path, device, ctx)
     out = model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
                        normalize_embeddings=False, show_progress_bar=False)
     return np.asarray(out, dtype=np.float32)
@@ -135,7 +138,7 @@ def embed_cached(texts: Sequence[str], ctx: Any, model: str | None, batch_size: 
     model_path = resolve_model_path(model)
     cache_dir = ctx.cache_dir(f"embeddings/{model_key(model_path)}") if ctx is not None else None
     embed = functools.partial(embed_texts, model_path=model_path, batch_size=batch_size,
-                              device=device)
+                              device=device, ctx=ctx)
     vecs, cached = cached_embeddings(texts, embed, cache_dir)
     return vecs, cached, model_path
 

@@ -42,11 +42,13 @@ def _harness():
 @pytest.mark.models
 def test_non_model_stages_keep_their_throughput(tmp_path):
     from pipeline.sandbox import SandboxConfig, self_check
-    from stages.embeddings import _load_model, resolve_model_path
+    from pipeline.context import RunContext
+    from stages.embeddings import resolve_model_path
 
     if self_check(SandboxConfig()):
         pytest.skip(f"sandbox isolation unavailable: {self_check(SandboxConfig())}")
-    _load_model(resolve_model_path(None), None)  # the model's loading is not the stage's work
+    # the model's loading is not the stage's work (the context keeps it for the process)
+    RunContext.embedder(resolve_model_path(None))
     harness = _harness()
     results = harness.main(harness.parse_args(["--size", "400", "--run-dir",
                                                str(tmp_path / "run")]))

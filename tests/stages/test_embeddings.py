@@ -52,9 +52,9 @@ def test_each_distinct_normalised_text_is_embedded_once(tmp_path):
 
 @pytest.mark.models
 def test_normalising_does_not_change_minilm_tokens():
-    from stages.embeddings import _load_model, resolve_model_path
+    from stages.embeddings import load_model, resolve_model_path
 
-    tok = _load_model(resolve_model_path(None), None).tokenizer
+    tok = load_model(resolve_model_path(None), None).tokenizer
     for text in TEXTS:
         assert tok(text)["input_ids"] == tok(normalize_text(text))["input_ids"]
 
