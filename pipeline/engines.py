@@ -29,6 +29,9 @@ log = logging.getLogger(__name__)
 
 # Backends that hold weights in the process (the ones an engine actor is for).
 LOCAL_BACKENDS = frozenset({"llamacpp", "vllm", "transformers"})
+# Calls to a dead or unreachable engine before giving up (backoff 1, 2, 4, 8, 15... s: about
+# two minutes, time for Ray to restart an engine on another node and load its model).
+ENGINE_ATTEMPTS = 10
 
 
 def replica_resources(spec: Any, default_replicas: int, default_threads: int) -> dict[str, Any]:
@@ -232,17 +235,34 @@ class RemoteBackend:
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         import ray
+        from ray.exceptions import RayActorError
 
-        index, handle, info = ray.get(self._directory.acquire.remote(self.model_id))
-        try:
-            if method not in info["methods"]:
-                from pipeline.backends.base import LogprobUnsupportedError
+        from pipeline.backends.base import BackendError, LogprobUnsupportedError
 
-                raise LogprobUnsupportedError(
-                    f"model {self.model_id!r}: its backend has no {method}()")
-            result, counts = ray.get(handle.call.remote(method, args, kwargs))
-        finally:
-            self._directory.release.remote(self.model_id, index)
+        last: Exception | None = None
+        for attempt in range(ENGINE_ATTEMPTS):
+            index, handle, info = ray.get(self._directory.acquire.remote(self.model_id))
+            try:
+                if method not in info["methods"]:
+                    raise LogprobUnsupportedError(
+                        f"model {self.model_id!r}: its backend has no {method}()")
+                result, counts = ray.get(handle.call.remote(method, args, kwargs))
+                break
+            except RayActorError as exc:
+                # the engine died or its node went away ("may or may not have been executed":
+                # Ray does not retry that itself); requests are pure, so ask again, maybe
+                # another replica, while Ray restarts this one elsewhere
+                last = exc
+                log.warning("engine of %s unavailable (attempt %d of %d): %s", self.model_id,
+                            attempt + 1, ENGINE_ATTEMPTS, exc)
+                time.sleep(min(2.0 ** attempt, 15.0))
+            finally:
+                self._directory.release.remote(self.model_id, index)
+        else:
+            # no row causes this: a BackendError stops the stage (shards kept) instead of
+            # dropping the shard's rows as errors
+            raise BackendError(f"model {self.model_id!r}: no engine answered after "
+                               f"{ENGINE_ATTEMPTS} attempts: {last}") from last
         for key, n in counts.items():
             self._cache[key] = self._cache.get(key, 0) + n
         return result

@@ -70,8 +70,15 @@ def _fatal_types() -> tuple[type[BaseException], ...]:
     from pipeline.sandbox.pool import SandboxUnavailable
     from pipeline.sandbox.worker import SandboxStartError
 
-    return _FATAL + (BackendError, ChatTemplateError, ModelNotInstalledError,
-                     WeightsCorruptError, SandboxUnavailable, SandboxStartError)
+    ray_lost: tuple[type[BaseException], ...] = ()
+    try:  # a worker, actor or node that Ray lost: no row's fault (ray is optional inline)
+        from ray.exceptions import NodeDiedError, ObjectLostError, RayActorError, WorkerCrashedError
+
+        ray_lost = (NodeDiedError, ObjectLostError, RayActorError, WorkerCrashedError)
+    except ImportError:
+        pass
+    return _FATAL + ray_lost + (BackendError, ChatTemplateError, ModelNotInstalledError,
+                                WeightsCorruptError, SandboxUnavailable, SandboxStartError)
 
 
 def is_fatal(exc: BaseException) -> bool:
