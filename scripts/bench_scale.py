@@ -12,13 +12,16 @@ What is measured (all from the run's own funnel unless said):
 
 * ``wall_s``: the ``arenaforge run`` process, start to exit (imports and Ray start-up included).
 * ``driver_peak_rss_mb``: that process's own peak RSS (``VmHWM`` in ``/proc/PID/status``, read
-  every 0.2 s; Ray's workers, raylet and the sandboxes are other processes and not counted).
+  every 0.2 s; Ray's workers, raylet and the sandboxes are other processes and not counted);
+  ``driver_peak_stage``: the stage running when its RSS was highest;
+  ``driver_rss_mb_by_stage``: its highest RSS (sampled once a second) during each stage.
 * per stage: rows in, stage wall (``wall_seconds_last_attempt``), rows/s = rows in / wall, and
   its shards' time split into model calls and the rest.
 * ``model_s``: simulated model time as the pipeline waits for it: per stage, the shards'
   seconds inside backend calls divided by the stage's concurrent workers, summed. The servers'
   own count (``server_simulated_s``: the sum of every request's latency; ``server_busy_s``:
-  wall with at least one request in flight on some server) is reported beside it.
+  the busiest server's wall with at least one request in flight) is reported beside it, and
+  ``servers``: per expert, its requests by kind and the most it had in flight at once.
 * ``sandbox_s``: the same per-worker time of ``tests``, ``verify`` and ``repair`` outside model
   calls: running answers against tests in the sandbox (plus parsing, which is small).
 * ``runner_overhead_s``: wall minus the stages' work, where a stage's work is its shards'
@@ -120,10 +123,13 @@ def write_run_files(workdir: Path, ports: dict[str, int], source: Path, name: st
 
 
 class PeakRss:
-    """Polls one process's ``VmHWM`` (its own peak resident set) until stopped."""
+    """Polls one process's ``VmHWM`` (its own peak resident set) until stopped, and when its
+    current RSS (``VmRSS``) was highest."""
 
     def __init__(self, pid: int, every_s: float = 0.2):
         self.pid, self.every_s, self.peak_kb = pid, every_s, 0
+        self.rss_kb, self.peak_at = 0, time.time()
+        self.samples: list[tuple[float, int]] = []  # (time, VmRSS kB) once a second
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._poll, daemon=True)
         self._thread.start()
@@ -132,22 +138,51 @@ class PeakRss:
         status = Path(f"/proc/{self.pid}/status")
         while not self._stop.is_set():
             try:
-                for line in status.read_text().splitlines():
-                    if line.startswith("VmHWM:"):
-                        self.peak_kb = max(self.peak_kb, int(line.split()[1]))
-            except (OSError, ValueError):
+                fields = dict(line.split(":", 1) for line in status.read_text().splitlines())
+                self.peak_kb = max(self.peak_kb, int(fields["VmHWM"].split()[0]))
+                rss = int(fields["VmRSS"].split()[0])
+            except (OSError, ValueError, KeyError):
                 return  # exited
+            now = time.time()
+            if rss > self.rss_kb:
+                self.rss_kb, self.peak_at = rss, now
+            if not self.samples or now - self.samples[-1][0] >= 1.0:
+                self.samples.append((now, rss))
             self._stop.wait(self.every_s)
 
-    def stop(self) -> float:
+    def stop(self) -> None:
         self._stop.set()
         self._thread.join()
-        return self.peak_kb / 1024
+
+
+def stage_starts(log: Path) -> list[tuple[str, str]]:
+    """``(HH:MM:SS, stage)`` of each stage start in a run log's progress lines."""
+    starts = []
+    for line in log.read_text(errors="replace").splitlines():
+        parts = line.split(" ", 2)
+        if len(parts) == 3 and parts[1].endswith(":") and parts[2].startswith("start"):
+            starts.append((parts[0], parts[1][:-1]))
+    return starts
+
+
+def stage_at(starts: list[tuple[str, str]], when: float) -> str | None:
+    """The stage running at ``when`` (None before the first stage's start)."""
+    clock = time.strftime("%H:%M:%S", time.localtime(when))
+    return next((stage for start, stage in reversed(starts) if start <= clock), None)
+
+
+def rss_by_stage(rss: PeakRss, starts: list[tuple[str, str]]) -> dict[str, float]:
+    """The driver's highest sampled RSS (MB) while each stage ran (``start-up`` before)."""
+    out: dict[str, float] = {}
+    for when, kb in rss.samples:
+        stage = stage_at(starts, when) or "start-up"
+        out[stage] = round(max(out.get(stage, 0.0), kb / 1024), 1)
+    return out
 
 
 def run_driver(config: Path, overrides: list[str], log: Path,
-               timeout_s: float) -> tuple[int, float, float]:
-    """``arenaforge run CONFIG --fresh``: (exit code, wall seconds, driver peak RSS in MB)."""
+               timeout_s: float) -> tuple[int, float, PeakRss]:
+    """``arenaforge run CONFIG --fresh``: (exit code, wall seconds, its RSS meter)."""
     cmd = [sys.executable, "-m", "pipeline.cli", "run", str(config), "--fresh"]
     for item in overrides:
         cmd += ["--set", item]
@@ -162,7 +197,8 @@ def run_driver(config: Path, overrides: list[str], log: Path,
             proc.terminate()
             rc = proc.wait(timeout=60)
     wall = time.perf_counter() - start
-    return rc, wall, rss.stop()
+    rss.stop()
+    return rc, wall, rss
 
 
 def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -> dict[str, Any]:
@@ -198,6 +234,8 @@ def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -
         "server_simulated_s": round(sum(v["simulated_s"] for v in servers.values()), 2),
         "server_busy_s": round(max((v["busy_s"] for v in servers.values()), default=0.0), 2),
         "server_cpu_s": round(max((v["cpu_s"] for v in servers.values()), default=0.0), 2),
+        "servers": {name: {"requests": v["requests"], "max_in_flight": v["max_in_flight"]}
+                    for name, v in servers.items()},
         "stages": stages,
     }
 
@@ -216,8 +254,12 @@ def bench_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any
     finally:
         server.stdin.close()  # the server exits at EOF
         server.wait(timeout=30)
+    starts = stage_starts(size_dir / "run.log")
     entry: dict[str, Any] = {"instructions": n, "wall_s": round(wall, 2),
-                             "driver_peak_rss_mb": round(rss, 1), "exit_code": rc}
+                             "driver_peak_rss_mb": round(rss.peak_kb / 1024, 1),
+                             "driver_peak_stage": stage_at(starts, rss.peak_at),
+                             "driver_rss_mb_by_stage": rss_by_stage(rss, starts),
+                             "exit_code": rc}
     stats_file = size_dir / "runs" / f"bench-{n}" / "stats.json"
     if rc != 0 or not stats_file.is_file():
         tail = (size_dir / "run.log").read_text(errors="replace").splitlines()[-15:]
@@ -242,7 +284,8 @@ def add_growth(entries: list[dict[str, Any]]) -> None:
 def print_report(entries: list[dict[str, Any]]) -> None:
     for e in entries:
         print(f"\n== {e['instructions']} instructions: wall {e['wall_s']} s, driver peak RSS "
-              f"{e['driver_peak_rss_mb']} MB, rows emitted {e['rows_emitted']}")
+              f"{e['driver_peak_rss_mb']} MB (during {e['driver_peak_stage']}), rows emitted "
+              f"{e['rows_emitted']}")
         if "error" in e:
             print(f"FAILED (exit {e['exit_code']}):\n{e['error']}")
             continue
