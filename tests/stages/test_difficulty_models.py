@@ -29,10 +29,10 @@ def backend():
 def test_logprob_votes_rank_a_specific_hard_request_above_a_trivial_one(backend):
     # Measured: the 0.5B's digit distribution is nearly flat (expected 4.4 trivial, 5.4 hard),
     # so the filter is weak with this judge; the ordering of the extremes still holds.
-    ctx = types.SimpleNamespace(seed=0, config=types.SimpleNamespace(judge_ids=[MODEL]),
+    ctx = types.SimpleNamespace(seed=0, config=None,
                                 backend=lambda model_id: backend, advance=lambda rows: None)
     table = pa.table({"instruction_id": ["hard", "trivial"], "instruction": [HARD, TRIVIAL]})
-    res = run(table, DifficultyConfig(min_difficulty=1.0), ctx)
+    res = run(table, DifficultyConfig(judges=[MODEL], min_difficulty=1.0), ctx)
     votes = {r["instruction_id"]: r["difficulty_votes"][0]
              for r in res.table.to_pylist() + res.dropped.to_pylist()}
     assert votes["hard"]["parse_error"] is None, votes["hard"]
@@ -43,21 +43,22 @@ def test_logprob_votes_rank_a_specific_hard_request_above_a_trivial_one(backend)
 
 
 def test_task_probability_ranks_a_task_above_a_meta_request(backend):
-    ctx = types.SimpleNamespace(seed=0, config=types.SimpleNamespace(judge_ids=[MODEL]),
+    ctx = types.SimpleNamespace(seed=0, config=None,
                                 backend=lambda model_id: backend, advance=lambda rows: None)
     meta = "What is the name of your Python function?"
     table = pa.table({"instruction_id": ["hard", "meta"], "instruction": [HARD, meta]})
-    res = run(table, DifficultyConfig(min_difficulty=1.0, min_task_prob=0.0), ctx)
+    res = run(table, DifficultyConfig(judges=[MODEL], min_difficulty=1.0, min_task_prob=0.0), ctx)
     prob = dict(zip(res.table.column("instruction_id").to_pylist(),
                     res.table.column("task_prob").to_pylist()))
     assert 0.0 < prob["meta"] < prob["hard"] < 1.0
 
 
 def test_too_little_digit_mass_is_a_parse_error_not_a_score(backend):
-    ctx = types.SimpleNamespace(seed=0, config=types.SimpleNamespace(judge_ids=[MODEL]),
+    ctx = types.SimpleNamespace(seed=0, config=None,
                                 backend=lambda model_id: backend, advance=lambda rows: None)
     table = pa.table({"instruction_id": ["hard"], "instruction": [HARD]})
-    res = run(table, DifficultyConfig(min_difficulty=1.0, min_choice_mass=0.999999, min_task_prob=None), ctx)
+    res = run(table, DifficultyConfig(judges=[MODEL], min_difficulty=1.0, min_choice_mass=0.999999,
+                                      min_task_prob=None), ctx)
     assert res.table.num_rows == 0
     vote = res.dropped.to_pylist()[0]["difficulty_votes"][0]
     assert vote["score"] is None and "below min_choice_mass" in vote["parse_error"]

@@ -26,6 +26,15 @@ class TableContext:
     def read(self, stage, columns=None, instruction_ids=None):
         return self.tables[stage]
 
+    def read_artifact(self, relpath):
+        path = self.run_dir / relpath
+        return path.read_bytes() if path.is_file() else None
+
+    def funnel(self):
+        from pipeline.store import RunStore
+
+        return RunStore(self.run_dir).funnel()
+
     def write_artifact(self, relpath, data):
         path = self.run_dir / relpath
         path.parent.mkdir(parents=True, exist_ok=True)
