@@ -14,7 +14,8 @@ What is measured (all from the run's own funnel unless said):
 * ``driver_peak_rss_mb``: that process's own peak RSS (``VmHWM`` in ``/proc/PID/status``, read
   every 0.2 s; Ray's workers, raylet and the sandboxes are other processes and not counted);
   ``driver_peak_stage``: the stage running when its RSS was highest;
-  ``driver_rss_mb_by_stage``: its highest RSS (sampled once a second) during each stage.
+  ``driver_rss_mb_by_stage``: its highest RSS (sampled once a second) during each stage (the
+  last stage's value includes the end of the run: funnel, ``dropped.parquet``).
 * per stage: rows in, stage wall (``wall_seconds_last_attempt``), rows/s = rows in / wall, and
   its shards' time split into model calls and the rest.
 * ``model_s``: simulated model time as the pipeline waits for it: per stage, the shards'
@@ -266,7 +267,8 @@ def bench_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any
         entry.update(rows_emitted=0, overhead_share=None, error="\n".join(tail))
         return entry
     entry.update(summarize(json.loads(stats_file.read_text()), wall, servers))
-    entry["run_dir"] = str(stats_file.parent)
+    if args.workdir:  # a temporary one is gone when the benchmark ends
+        entry["run_dir"] = str(stats_file.parent)
     return entry
 
 
