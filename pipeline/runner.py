@@ -154,9 +154,18 @@ def _source_shards(spec: StageSpec, store: RunStore, shard_size: int,
     key = spec.shard_key
     if not (spec.sharded and rows and key in names):
         return [ShardRef(spec.source)], rows
-    keys = source.read(columns=[key])
-    refs = [ShardRef(spec.source, key, tuple(dict.fromkeys(part.column(key).to_pylist())))
-            for part in plan_shards(keys, key, shard_size, True, parallelism)]
+    parts_of: dict[Any, set[int]] = {}
+    ordered: list = []
+    for index, values in source.key_parts(key):
+        for value in values:
+            parts_of.setdefault(value, set()).add(index)
+        ordered.extend(values)
+    keys = pa.table({key: ordered})
+    refs = []
+    for part in plan_shards(keys, key, shard_size, True, parallelism):
+        values = tuple(dict.fromkeys(part.column(key).to_pylist()))
+        holders = tuple(sorted(set().union(*(parts_of[v] for v in values))))
+        refs.append(ShardRef(spec.source, key, values, holders))
     return refs, rows
 
 

@@ -44,10 +44,13 @@ class ShardRef:
     stage: str
     key: str | None = None
     keys: tuple[str, ...] = ()
+    parts: tuple[int, ...] | None = None  # the source shards holding ``keys`` (None: any)
 
     def read(self, run_dir: Any) -> pa.Table:
         source = RunStore(run_dir).stage(self.stage)
-        return source.read() if self.key is None else source.read_where(self.key, self.keys)
+        if self.key is None:
+            return source.read()
+        return source.read_where(self.key, self.keys, self.parts)
 
 
 class ContractError(RuntimeError):

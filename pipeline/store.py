@@ -167,13 +167,14 @@ class StageStore:
     def clear_success(self) -> None:
         (self.dir / SUCCESS).unlink(missing_ok=True)
 
-    def verify(self) -> list[str]:
-        """Problems with a complete stage's files (empty when intact)."""
+    def verify(self, parts: Iterable[int] | None = None) -> list[str]:
+        """Problems with a complete stage's files (empty when intact); ``parts``: only those
+        shards (a worker checks what it reads, not the whole stage)."""
         info = self.success()
         if info is None:
             return [f"{self.stage}: not complete"]
         problems = []
-        for i in range(info["shards"]):
+        for i in (range(info["shards"]) if parts is None else parts):
             marker = read_json(self.marker_path(i))
             if marker is None:
                 problems.append(f"{self.marker_path(i)}: marker missing")
@@ -204,18 +205,34 @@ class StageStore:
             return None
         return pq.read_schema(self.shard_path(0))
 
-    def read_where(self, key: str, values: Iterable[str]) -> pa.Table:
-        """The kept rows whose ``key`` is among ``values``, in shard and row order.
-
-        Each shard file is filtered as it is read, so a worker holds only its own rows.
-        """
-        import pyarrow.compute as pc
-
+    def key_parts(self, key: str) -> list[tuple[int, list]]:
+        """``(shard index, its key values)`` per shard that kept rows (checksums verified)."""
         problems = self.verify()
         if problems:
             raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
+        out = []
+        for i in range(self.success()["shards"]):
+            path = self.shard_path(i)
+            if pq.read_metadata(path).num_rows:
+                out.append((i, pq.read_table(path, columns=[key]).column(0).to_pylist()))
+        return out
+
+    def read_where(self, key: str, values: Iterable[str],
+                   parts: Iterable[int] | None = None) -> pa.Table:
+        """The kept rows whose ``key`` is among ``values``, in shard and row order.
+
+        ``parts``: the shards that hold them (the driver knows from ``key_parts``), so a worker
+        opens and checks only those: reading every shard for every shard made a stage O(S^2)
+        (0.39 s a read with 150 source shards). Each file is filtered as it is read.
+        """
+        import pyarrow.compute as pc
+
+        indices = list(range(self.success()["shards"])) if parts is None else list(parts)
+        problems = self.verify(indices)
+        if problems:
+            raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
         wanted = pc.field(key).isin(pa.array(list(values), pa.string()))
-        paths = [self.shard_path(i) for i in range(self.success()["shards"])]
+        paths = [self.shard_path(i) for i in indices]
         # a shard whose rows were all dropped may have no columns at all: it has no such rows
         tables = [pq.read_table(p, filters=wanted) for p in paths
                   if key in pq.read_schema(p).names]
@@ -338,9 +355,12 @@ class RunStore:
                 for name in stages:
                     stage = self.stage(name)
                     for i in range((stage.success() or {}).get("shards", 0)):
-                        part = pq.read_table(stage.dropped_path(i))
-                        if part.num_rows:
-                            writer.write_table(part.select(schema.names).cast(schema))
+                        # batch by batch: one unsharded stage's drops (emit's not_selected
+                        # rows carry each answer's JSON) reached 55 MB at 5k instructions
+                        source = pq.ParquetFile(stage.dropped_path(i))
+                        for batch in source.iter_batches(batch_size=4096,
+                                                         columns=schema.names):
+                            writer.write_table(pa.Table.from_batches([batch]).cast(schema))
             with open(tmp, "rb") as f:
                 os.fsync(f.fileno())
             os.replace(tmp, path)
