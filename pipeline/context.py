@@ -137,7 +137,12 @@ class RunContext:
         from pipeline.engines import LOCAL_BACKENDS, RemoteBackend
 
         if self.engines is not None and self.model_spec(model_id).backend in LOCAL_BACKENDS:
-            return _TimedBackend(RemoteBackend(self.engines, model_id), self)
+            # one client per model and process: it keeps going to the replica it used last
+            key = ("remote", model_id, str(getattr(self.engines, "_actor_id", id(self.engines))))
+            with _LOCK:
+                if key not in _BACKENDS:
+                    _BACKENDS[key] = RemoteBackend(self.engines, model_id)
+                return _TimedBackend(_BACKENDS[key], self)
         cache_dir = self.request_cache_dir()
         key = (model_id, str(self.config.models_file), self.threads, str(cache_dir))
         with _LOCK:
