@@ -118,11 +118,18 @@ class RayExecutor:
         # Every shard is a task; a model stage's tasks send their requests to the models'
         # engine pools (pipeline.engines), so a task holds no model and may run on any node.
         # Ray hands the next queued shard to whichever CPU frees first.
+        # At most `parallelism` in flight, the next one submitted as one finishes: a task blocked
+        # in ray.get on an engine gives its CPU back to Ray, which would otherwise start every
+        # queued shard at once (the default run's mine stage had 4 running for 2 engines).
         task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries)
-        pending = [task.remote(spec, cfg, ctx, *job) for job in jobs]
+        queue = list(jobs)
+        pending = [task.remote(spec, cfg, ctx, *queue.pop(0))
+                   for _ in range(min(self.parallelism(spec), len(queue)))]
         try:
             while pending:
                 done, pending = ray.wait(pending, num_returns=1)
+                if queue:
+                    pending.append(task.remote(spec, cfg, ctx, *queue.pop(0)))
                 yield ray.get(done[0])
         finally:
             for ref in pending:
