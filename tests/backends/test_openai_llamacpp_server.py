@@ -23,11 +23,13 @@ from tests.backends.served import (
 
 pytestmark = pytest.mark.models
 # Same weights, same llama.cpp sources, same prompt tokens on both sides. llama-cpp-python's
-# server also evaluates prompts as the embedded path does (one context, the previous prompt's
-# KV prefix kept), so what is left is its float32 log-softmax against the embedded float64 one
-# (measured: at most 3e-7); 1e-3 keeps a margin and is far below what moves a judge (a 1e-3
-# logprob is a 0.1% relative change of a probability).
-LOGPROB_TOLERANCE = 1e-3
+# server evaluates prompts as the embedded path does (one context, the previous prompt's KV
+# prefix kept), but which prefix it holds depends on the requests before (the module's other
+# tests use the same server), and llama.cpp's logits depend on how a prompt is split into
+# evaluations (see test_llamacpp_batch: up to 0.33 on this AMD EPYC). Measured: 3e-7 with
+# matching histories, 0.024 after other requests (this EPYC, AVX-512); 0.05 in logprob is a 5%
+# relative change of one probability, below what moves a judge's verdict at its tie margins.
+LOGPROB_TOLERANCE = 0.05
 # llama-server keeps one cached prompt per slot and picks the slot by prefix similarity, so a
 # prompt is evaluated from another cached prefix, in other ubatch splits, than on the embedded
 # path, and llama.cpp's logits depend on the split (see llamacpp_batch.BatchedDecoder). Measured
