@@ -58,7 +58,7 @@ def replica_resources(spec: Any, default_replicas: int, default_threads: int) ->
     return out
 
 
-def actor_options(spec: Any, resources: dict[str, Any], max_retries: int,
+def actor_options(resources: dict[str, Any], max_retries: int,
                   placement_group: Any = None) -> dict[str, Any]:
     """The ``.options(...)`` of one engine actor (pure, apart from the given placement group)."""
     opts: dict[str, Any] = {"num_cpus": resources["num_cpus"], "num_gpus": resources["num_gpus"],
@@ -183,7 +183,7 @@ class EngineDirectory:
                 group = placement_group(res["bundles"], strategy="PACK")
                 ray.get(group.ready())
                 self._groups.append(group)
-            opts = actor_options(spec, res, self.max_retries, group)
+            opts = actor_options(res, self.max_retries, group)
             handles.append(actor_cls.options(**opts).remote(
                 spec.model_dump_json(), res["threads"], self.cache_dir, self.cache_store))
         # load every replica before the first request goes out (errors surface here, once)

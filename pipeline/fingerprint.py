@@ -27,8 +27,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
-
 PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 _ROOT = Path(__file__).resolve().parent.parent
 
@@ -38,25 +36,9 @@ _NOT_ROW_CODE = frozenset({"pipeline", "pipeline.stage", "pipeline.store", "pipe
                            "pipeline.context", "pipeline.runner", "pipeline.executors",
                            "pipeline.shards", "pipeline.progress"})
 
-# Hash tables in slices so a large table never becomes one JSON string in memory.
-_SLICE_ROWS = 4096
-
-
 def digest(obj: Any) -> str:
     blob = json.dumps(obj, sort_keys=True, default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
-
-
-def table_digest(table: pa.Table) -> str:
-    """Order-sensitive digest of a table's columns and values, computed slice by slice."""
-    h = hashlib.sha256()
-    for name in table.column_names:
-        h.update(b"\x00" + name.encode() + b"\x00")
-        column = table.column(name)
-        for start in range(0, len(column), _SLICE_ROWS):
-            values = column.slice(start, _SLICE_ROWS).to_pylist()
-            h.update(json.dumps(values, default=str).encode())
-    return h.hexdigest()[:16]
 
 
 def _module_file(name: str) -> Path | None:

@@ -111,6 +111,13 @@ def table_hash(table: pa.Table, key: str | None = None) -> str:
     return h.hexdigest()[:16]
 
 
+def _with_columns(paths: list[Path], columns: list[str]) -> list[Path]:
+    """The shard files to read ``columns`` from: a shard whose rows were all dropped may have no
+    columns at all, and holds no row to read."""
+    return [p for p in paths if pq.read_metadata(p).num_rows
+            or set(columns) <= set(pq.read_schema(p).names)]
+
+
 class StageStore:
     """The shards of one stage."""
 
@@ -232,10 +239,8 @@ class StageStore:
         if problems:
             raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
         wanted = pc.field(key).isin(pa.array(list(values), pa.string()))
-        paths = [self.shard_path(i) for i in indices]
-        # a shard whose rows were all dropped may have no columns at all: it has no such rows
-        tables = [pq.read_table(p, filters=wanted) for p in paths
-                  if key in pq.read_schema(p).names]
+        paths = _with_columns([self.shard_path(i) for i in indices], [key])
+        tables = [pq.read_table(p, filters=wanted) for p in paths]
         return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 
     def read(self, which: str = "kept", columns: Iterable[str] | None = None) -> pa.Table:
@@ -247,9 +252,7 @@ class StageStore:
         paths = [self.shard_path(i) if which == "kept" else self.dropped_path(i) for i in range(n)]
         if columns is not None:
             columns = list(columns)
-            # a shard whose rows were all dropped may have no columns at all
-            paths = [p for p in paths if pq.read_metadata(p).num_rows
-                     or set(columns) <= set(pq.read_schema(p).names)]
+            paths = _with_columns(paths, columns)
         tables = [pq.read_table(p, columns=columns) for p in paths]
         if not tables:
             return pa.table({})

@@ -22,7 +22,7 @@ def test_vllm_config_asks_ray_for_the_gpus_its_registry_names():
         spec = registry[model_id]
         assert spec.resources.num_gpus > 0, model_id
         res = replica_resources(spec, default_replicas=4, default_threads=1)
-        opts = actor_options(spec, res, max_retries=3)
+        opts = actor_options(res, max_retries=3)
         assert opts["num_gpus"] == spec.resources.num_gpus
         assert res["replicas"] == spec.resources.replicas
         assert opts["scheduling_strategy"] == "SPREAD"

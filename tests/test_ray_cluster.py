@@ -75,11 +75,16 @@ def test_pipeline_runs_on_a_separately_started_cluster(tmp_path):
         out = RunStore(tmp_path / "run").stage("filter").read()
         assert sorted(out.column("i").to_pylist()) == [i for i in range(60) if i % 3]
     finally:
-        for proc in (worker, head):
-            if proc is not None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+        stop_nodes([worker, head])
         shutil.rmtree(temp_dir, ignore_errors=True)
+
+
+def stop_nodes(procs) -> None:
+    """SIGTERM each ``ray start --block`` node still running (SIGKILL after 30 s), in order."""
+    for proc in procs:
+        if proc is not None and proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                os.killpg(proc.pid, signal.SIGKILL)

@@ -25,7 +25,7 @@ import pytest
 import yaml
 
 from tests.e2e.conftest import ROOT, cli_command, run_cli, stage_output
-from tests.test_ray_cluster import RAY, _alive_nodes, _free_port
+from tests.test_ray_cluster import RAY, _alive_nodes, _free_port, stop_nodes
 
 pytestmark = [pytest.mark.slow, pytest.mark.models]
 
@@ -106,13 +106,7 @@ def cluster():
                 f"ray node {i} did not join:\n{_tail(logs[i])}"
         yield {"address": address, "env": dict(env, RAY_ADDRESS=address), "nodes": nodes}
     finally:
-        for proc in reversed(nodes):
-            if proc.poll() is None:
-                os.killpg(proc.pid, signal.SIGTERM)
-                try:
-                    proc.wait(timeout=30)
-                except subprocess.TimeoutExpired:
-                    os.killpg(proc.pid, signal.SIGKILL)
+        stop_nodes(list(reversed(nodes)))
         shutil.rmtree(temp_dir, ignore_errors=True)
 
 
