@@ -1,14 +1,15 @@
 """Stage ``audit``: how far the judges can be trusted, measured against execution.
 
 Input (source ``verify``, one row per (instruction_id, model)): ``instruction_id, model,
-status`` (passed, failed, error, timeout, memory, no_tests). Reads ``judge`` and ``rate``,
-optionally ``difficulty`` (skipped when that stage did not run), the model registry for
+status`` (passed, failed, error, timeout, memory, no_tests, no_entry_point) and, when verify
+records them, ``probe_gate, program_gate``. Reads ``judge`` and ``rate``, optionally
+``difficulty`` and ``repair`` (skipped when that stage did not run), the model registry for
 families, ``rate/ratings.parquet`` for the leaderboard and the completed stages' statistics for
 the funnel.
 
 Output: the input rows plus ``judge_score`` (mean 0-3 judge score of the answer, null when
-none parsed) and ``gate_admitted`` (for rows without an execution verdict: whether the
-calibrated gate admits them; null for rows execution already decided). Artifacts:
+none parsed) and ``gate_admitted`` (for ``no_tests`` rows: whether the calibrated gate admits
+them; null for rows that had tests). Artifacts:
 ``audit/metrics.json`` and ``audit/report.html`` (self-contained, see ``pipeline.report``).
 
 Your own data: ``audit_table(table)`` takes one row per judge verdict and order with the
@@ -37,9 +38,14 @@ CSV or JSON-lines file.
     reliability: [{lo, hi, k, n, rate, ci_low, ci_high, mean_score}]   (score bins)
     gate: {threshold, epsilon, delta, level_per_threshold, calibration_rows,
            grid: [{threshold, admitted, failures, upper_bound}],
+           splits: {calibration|held_out: {instructions, rows}},
            held_out: {k, n, rate, ci_low, ci_high, rows, admitted_share},
            without_tests: {rows, admitted}, settings: {grid, calibration_fraction, seed}}
     winners: {instructions, executable, passed, pass_rate, all_answers_pass_rate}  (stage only)
+    refine_at_k: [{k, passed, n, rate, ci_low, ci_high}], k = 0..R  (stage, with repair)
+    gates: {rows, probe: {verdict: n}, program: {verdict: n}, probe_rejected,
+            program_rejected, table: {probe_pass|probe_reject: {program_pass, program_fail}},
+            agreement: {k, n, rate, ci_low, ci_high}, kappa}  (stage; stages.audit_verification)
 """
 
 from __future__ import annotations
@@ -58,6 +64,7 @@ from pydantic import Field
 
 from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from stages.audit_stats import (
+    NO_TESTS,
     PASSED,
     answer_scores,
     audit_rows,
@@ -68,6 +75,7 @@ from stages.audit_stats import (
     self_preference,
     threshold_sensitivity,
 )
+from stages.audit_verification import REFINE_COLUMNS, verification_metrics
 from stages.gate import DEFAULT_GRID, run_gate
 
 log = logging.getLogger(__name__)
@@ -210,13 +218,21 @@ def run(table: pa.Table, cfg: AuditConfig, ctx: StageContext) -> StageResult:
     metrics, answers = _audit(rows, families, cfg, seed)
     rate = ctx.read("rate", columns=["instruction_id", "model", "winner"]).to_pandas()
     metrics["winners"] = jsonable(winner_pass_rate(rate, verify))
+    try:
+        repair = ctx.read("repair", columns=list(REFINE_COLUMNS)).to_pandas()
+    except (RuntimeError, KeyError) as exc:  # no repair stage: no Refine@k
+        log.info("audit: no repair rows (%s)", exc)
+        repair = None
+    funnel = ctx.funnel()
+    metrics.update(verification_metrics(
+        verify, repair, funnel["repair"].stats if "repair" in funnel else {}))
     ratings = ctx.read_artifact(RATINGS_ARTIFACT)
     ratings = pd.read_parquet(io.BytesIO(ratings)) if ratings is not None else None
-    write_report(Path("audit"), metrics, ratings, ctx.funnel(), write=ctx.write_artifact)
+    write_report(Path("audit"), metrics, ratings, funnel, write=ctx.write_artifact)
 
     keys = pd.MultiIndex.from_arrays([verify["instruction_id"], verify["model"]])
     per = answers.set_index(["instruction_id", "model"]).reindex(keys)
-    decided = executable(verify["status"].to_numpy(dtype=object))
+    untested = verify["status"].to_numpy(dtype=object) == NO_TESTS
     admitted = per["gate_admitted"].fillna(False).to_numpy(dtype=bool)
     out = table
     for name in ("judge_score", "gate_admitted"):
@@ -225,7 +241,7 @@ def run(table: pa.Table, cfg: AuditConfig, ctx: StageContext) -> StageResult:
     out = out.append_column("judge_score", pa.array(per["judge_score"].to_numpy(float),
                                                     from_pandas=True))
     out = out.append_column("gate_admitted", pa.array(
-        [None if d else bool(a) for d, a in zip(decided, admitted)], pa.bool_()))
+        [bool(a) if u else None for u, a in zip(untested, admitted)], pa.bool_()))
     maj = metrics["judges"]["majority"]
     stats = {"separated_battles": metrics["judges"]["separated_battles"],
              "judge_majority_correct": maj["k"],
@@ -254,8 +270,9 @@ STAGE = StageSpec(
     reads={"judge": ("instruction_id", "model_a", "model_b", "judge", "order", "verdict",
                      "score_a", "score_b"),
            "difficulty": ("instruction_id", "difficulty"),
-           "rate": ("instruction_id", "model", "winner")},
-    optional=("difficulty",), artifacts=(RATINGS_ARTIFACT,),
+           "rate": ("instruction_id", "model", "winner"),
+           "repair": REFINE_COLUMNS},
+    optional=("difficulty", "repair"), artifacts=(RATINGS_ARTIFACT,),
     inputs=("instruction_id", "model", "status"),
     outputs=("judge_score", "gate_admitted"),
 )

@@ -14,6 +14,10 @@ them are broken, calibrate on rows that *were* executed:
    nothing.
 5. Report the realised failure rate among held-out rows with score >= the chosen threshold.
 
+What the bound covers: rows like the calibration rows, i.e. answers that had usable tests
+(status ``passed`` or a failure). It is applied to rows without tests (``no_tests``), whose
+failure rate nothing measured; the report and the dataset card say so and count them.
+
 Example::
 
     >>> calibration = calibrate_gate([3, 3, 2, 1], [False, False, False, True],
@@ -29,7 +33,7 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
-from stages.audit_stats import FAILED_STATUSES, executable, proportion
+from stages.audit_stats import FAILED_STATUSES, NO_TESTS, executable, proportion
 
 DEFAULT_GRID = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
 
@@ -110,24 +114,29 @@ def run_gate(answers: pd.DataFrame, grid: Sequence[float] = DEFAULT_GRID, epsilo
         seed: split seed.
 
     Returns:
-        ``(report, admitted)``: the ``calibrate_gate`` dict plus ``held_out`` (realised
-        failure rate among admitted held-out rows, exact interval, admitted share) and
-        ``without_tests`` (rows, admitted); ``admitted`` is a boolean array over ``answers``,
-        True only for non-executable rows the gate admits.
+        ``(report, admitted)``: the ``calibrate_gate`` dict plus ``splits`` (instructions and
+        rows on each side: ``calibration``, ``held_out``), ``held_out`` (realised failure rate
+        among admitted held-out rows, exact interval, admitted share) and ``without_tests``
+        (rows, admitted); ``admitted`` is a boolean array over ``answers``, True only for
+        ``no_tests`` rows the gate admits (any other status has tests, so execution decides).
     """
     status = answers["status"].to_numpy(dtype=object)
     scores = answers["judge_score"].to_numpy(dtype=float)
+    ids = answers["instruction_id"].to_numpy(dtype=object)
     is_exec = executable(status)
     failed = np.isin(status, FAILED_STATUSES)
     calib = calibration_split(answers["instruction_id"], calibration_fraction, seed) & is_exec
     held = is_exec & ~calib
     report = calibrate_gate(scores[calib], failed[calib], grid, epsilon, delta)
+    report["splits"] = {name: {"instructions": len(set(ids[part])), "rows": int(part.sum())}
+                        for name, part in (("calibration", calib), ("held_out", held))}
     t = report["threshold"]
     take = np.zeros(len(answers), dtype=bool) if t is None else scores >= t
     report["held_out"] = proportion(int((take & held & failed).sum()), int((take & held).sum()))
     report["held_out"]["rows"] = int(held.sum())
     report["held_out"]["admitted_share"] = float((take & held).sum() / held.sum()) \
         if held.any() else None
-    admitted = take & ~is_exec
-    report["without_tests"] = {"rows": int((~is_exec).sum()), "admitted": int(admitted.sum())}
+    untested = status == NO_TESTS
+    admitted = take & untested
+    report["without_tests"] = {"rows": int(untested.sum()), "admitted": int(admitted.sum())}
     return report, admitted

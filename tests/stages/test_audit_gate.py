@@ -83,3 +83,22 @@ def test_gate_admits_only_rows_without_tests():
     assert report["without_tests"] == {"rows": int(no_tests.sum()), "admitted": int(admitted.sum())}
     held = report["held_out"]
     assert held["n"] > 0 and 0 <= held["rate"] <= 1 and held["ci_low"] <= held["rate"]
+
+
+def test_gate_reports_split_sizes_and_never_admits_answers_that_had_tests():
+    answers = synthetic_answers(600, seed=2)
+    # an answer with no bindable function had tests: execution, not the judge, decides it
+    answers.loc[answers.index[:40], "status"] = "no_entry_point"
+    answers.loc[answers.index[:40], "judge_score"] = 3.0
+    report, admitted = run_gate(answers, epsilon=0.1, delta=0.1, seed=5)
+    assert not admitted[:40].any()
+    no_tests = answers["status"] == "no_tests"
+    assert report["without_tests"]["rows"] == int(no_tests.sum())
+    executable = answers["status"].isin(["passed", "failed", "error", "timeout", "memory"])
+    calib, held = report["splits"]["calibration"], report["splits"]["held_out"]
+    assert calib["rows"] + held["rows"] == int(executable.sum())
+    assert calib["rows"] == report["calibration_rows"]
+    assert held["rows"] == report["held_out"]["rows"]
+    mask = calibration_split(answers["instruction_id"], 0.5, 5) & executable.to_numpy()
+    assert calib["instructions"] == answers.loc[mask, "instruction_id"].nunique()
+    assert held["instructions"] == answers.loc[~mask & executable, "instruction_id"].nunique()
