@@ -45,8 +45,13 @@ class CardInfo:
             order.
         models: every model id that shaped the data.
         source_counts: rows per answering model.
-        verified: rows whose answer passed its tests.
+        verified: rows whose answer passed its tests, its program gate included.
         schema: the emitted Arrow schema (``stages.emit.SFT_SCHEMA``).
+        repaired: rows whose answer was rewritten by repair (and then verified).
+        replaced_judge_pick: rows whose answer is not the judges' pick.
+        without_tests: rows whose instruction had no usable tests (status ``no_tests``).
+        admit: the emit stage's admission rule (``EmitConfig.admit``).
+        gate: the audit's judge-gate report (``metrics.json["gate"]``), None without one.
     """
 
     name: str
@@ -61,6 +66,11 @@ class CardInfo:
     verified: int
     schema: pa.Schema
     system_prompt: str | None = None
+    repaired: int = 0
+    replaced_judge_pick: int = 0
+    without_tests: int = 0
+    admit: str = "verified_or_gated"
+    gate: dict[str, Any] | None = None
 
 
 def license_of(model_id: str, spec: Any = None) -> tuple[str, str]:
@@ -141,7 +151,8 @@ def render_card(info: CardInfo, model_spec: Callable[[str], Any] | None = None) 
              "instruction keeps one selected answer."), "",
              f"- run: `{info.run_id}`, config hash `{info.config_hash}`",
              f"- rows: {total} ({', '.join(f'{s}: {n}' for s, n in info.split_sizes.items())})",
-             f"- verified (answer passed its tests): {info.verified} of {total}", "",
+             (f"- verified (answer passed its tests, hidden and augmented ones included): "
+             f"{info.verified} of {total}"), "", *verification_section(info), "",
              "## Funnel", "", "| stage | rows in | kept | dropped (by reason) |",
              "|---|---:|---:|---|"]
     for step in info.funnel:
@@ -160,13 +171,72 @@ def render_card(info: CardInfo, model_spec: Callable[[str], Any] | None = None) 
     lines += ["", "## Format", "",
               "`messages` is a list of `{role, content}` turns "
               + ("(system, user, assistant)" if info.system_prompt else "(user, assistant)")
-              + ", TRL's conversational format. Provenance columns: `source_model`, "
-              "`verified`, `status`, `tests_passed`, `judge_score`, `final_score`, `elo`, "
-              "`difficulty`, `run_id`, `config_hash`; null means not measured.", "",
+              + ", TRL's conversational format. Provenance columns: "
+              + ", ".join(f"`{n}`" for n in info.schema.names
+                          if n not in ("instruction_id", "messages"))
+              + "; null means not measured. `tests_visible*` are the tests repair may show, "
+              "`tests_hidden*` and `tests_augmented*` (from generated inputs the candidates "
+              "agreed on) the ones it never shows; `probe_gate` and `program_gate` are the two "
+              "gates' verdicts.", "",
               "```python", "from datasets import load_dataset",
               'ds = load_dataset("parquet", data_files={"train": "train-*.parquet"})["train"]',
               "```", ""]
     return "\n".join(lines)
+
+
+def verification_section(info: CardInfo) -> list[str]:
+    """The card's plain account of what ``verified`` and the judge gate's bound cover."""
+    total = sum(info.split_sizes.values())
+    untested = (f"{info.without_tests} rows have no usable tests (`status` `no_tests`): no test "
+                "ran on them; ")
+    untested += {"verified_or_gated": "they were admitted on their judge score alone, by the "
+                                      "calibrated gate below.",
+                 "selected": "they were admitted without any check (`admit: selected`).",
+                 }.get(info.admit, "they are not in this dataset.")
+    lines = ["## Verification and what it covers", "",
+             (f"- `verified` ({info.verified} of {total} rows): the answer passed its program "
+              "gate (the hidden and augmented tests, never shown to the model) and every other "
+              "test it ran."),
+             (f"- `repaired` ({info.repaired} rows): the answer failed, was rewritten by its "
+              "author after seeing only the visible tests' failures, and counts as verified "
+              "only on the tests it never saw."),
+             (f"- `replaced_judge_pick` ({info.replaced_judge_pick} rows): the judges "
+              "preferred another answer, which failed its tests."),
+             f"- {untested}", ""]
+    gate = info.gate
+    if not gate:
+        return lines + ["The run has no judge-gate report (no audit stage)."]
+    splits = gate.get("splits") or {}
+    calib, held = splits.get("calibration", {}), splits.get("held_out", {})
+    out = gate.get("held_out") or {}
+    lines += ["### The judge-score gate", ""]
+    if gate.get("threshold") is None:
+        lines.append("No threshold met the bound, so the gate admitted no row without tests.")
+    else:
+        lines.append(
+            f"The gate admits an answer without tests when its mean judge score is at least "
+            f"{gate['threshold']:g}. The threshold was chosen on a calibration split of answers "
+            f"that had tests ({calib.get('instructions', '?')} instructions, "
+            f"{calib.get('rows', gate.get('calibration_rows', '?'))} answers) as the lowest whose "
+            f"exact upper bound on the failure rate is at most {gate['epsilon']:g}, all bounds "
+            f"holding together with probability at least {1 - gate['delta']:g}.")
+    if out.get("n"):
+        lines.append(
+            f"On the held-out split ({held.get('instructions', '?')} instructions, "
+            f"{held.get('rows', out.get('rows', '?'))} answers with tests) {out['k']} of the "
+            f"{out['n']} admitted answers failed ({100 * out['rate']:.1f}%, exact 95% interval "
+            f"{100 * out['ci_low']:.1f}-{100 * out['ci_high']:.1f}%).")
+    else:
+        lines.append(f"The held-out split ({held.get('rows', out.get('rows', 0))} answers with "
+                     "tests) had no admitted answer, so the realised rate is not measured.")
+    lines += ["",
+              ("**What the bound covers:** answers like the tested ones, i.e. answers to "
+               "instructions that had usable tests, scored at or above the threshold."), "",
+              (f"**What it does not cover:** the {info.without_tests} rows of this dataset "
+               "without tests. Instructions without usable tests differ from those with them "
+               "(nothing could run their answers), so the bound does not carry over to them "
+               "and nothing here measures how often they are wrong.")]
+    return lines
 
 
 def _lookup(model_spec: Callable[[str], Any] | None, model: str) -> Any:

@@ -9,11 +9,17 @@ plus those without usable tests that the calibrated judge gate admits.
 
 Output: one row per instruction whose answer was selected: ``instruction_id, messages``
 (``list<struct<role, content>>``: optional system, user, assistant) and the provenance columns
-``source_model, verified, status, tests_passed, judge_score, final_score, elo, difficulty,
-run_id, config_hash``. Side artifacts: ``dataset/{split}-NNNNN-of-NNNNN.parquet`` and the
-Hugging Face style card ``dataset/README.md``. Rows of answers that were not selected are
-dropped with reason ``not_selected``; selected answers with an empty response with
-``empty_response``.
+``source_model, verified, status, tests_passed``, those of ``stages.emit_provenance``
+(``repaired, repair_rounds, replaced_judge_pick, judge_pick, selection_rule, miner, template,
+judges, tests_{visible,hidden,augmented}[_passed], probe_gate, program_gate``; ``miner,
+template`` read from ``clean``, ``judges`` from ``judge``), ``judge_score, final_score, elo,
+difficulty, run_id, config_hash``. ``verified`` means passed *and* the program gate passed.
+Side artifacts: ``dataset/{split}-NNNNN-of-NNNNN.parquet`` and the Hugging Face style card
+``dataset/README.md`` (which states what the judge gate's bound covers, from
+``audit/metrics.json``). Rows of answers that were not selected are dropped with reason
+``not_selected``; selected answers with an empty response with ``empty_response``; answers
+not admitted with ``failed_execution``, ``no_entry_point``, ``program_gate_not_passed``,
+``no_tests`` or ``gate_rejected``.
 
 The dataset files load unchanged with ``datasets.load_dataset("parquet", data_files=...)``
 and TRL's ``SFTTrainer`` (the ``messages`` column is TRL's conversational format).
@@ -23,6 +29,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import json
 import logging
 import os
 from collections.abc import Mapping
@@ -36,6 +43,17 @@ from pydantic import Field
 
 from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from stages.dataset_card import CardInfo, render_card
+from stages.emit_provenance import (
+    JUDGE_COLUMNS,
+    ORIGIN_COLUMNS,
+    PROVENANCE_SCHEMA,
+    fill_from,
+    provenance_columns,
+    provenance_counts,
+    verified_mask,
+    with_judges,
+    with_origin,
+)
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +70,7 @@ SFT_SCHEMA = pa.schema([
     ("verified", pa.bool_()),
     ("status", pa.string()),
     ("tests_passed", pa.int64()),
+    *PROVENANCE_SCHEMA,
     ("judge_score", pa.float64()),
     ("final_score", pa.float64()),
     ("elo", pa.float64()),
@@ -96,8 +115,9 @@ def build_sft_rows(selected: pa.Table, *, system_prompt: str | None, run_id: str
 
     Args:
         selected: one row per instruction with at least ``instruction_id, instruction, model,
-            response, status``; ``tests_passed, judge_score, final_score, elo, difficulty`` are
-            copied when present and null otherwise.
+            response, status``; ``tests_passed``, the provenance columns (``PROVENANCE_SCHEMA``)
+            and ``judge_score, final_score, elo, difficulty`` are copied when present and null
+            otherwise. ``verified``: status passed and ``program_gate`` pass.
         system_prompt: the optional system message.
         run_id: the run's name, copied into every row.
         config_hash: the run config's fingerprint, copied into every row.
@@ -138,8 +158,9 @@ def build_sft_rows(selected: pa.Table, *, system_prompt: str | None, run_id: str
         "instruction_id": selected.column("instruction_id").cast(pa.string()),
         "messages": pa.array(messages, type=MESSAGE_TYPE),
         "source_model": selected.column("model").cast(pa.string()),
-        "verified": pc.equal(status, VERIFIED_STATUS),
+        "verified": verified_mask(selected),
         "status": status,
+        **provenance_columns(selected),
     }
     for name in OPTIONAL_NUMERIC:
         typ = SFT_SCHEMA.field(name).type
@@ -232,36 +253,15 @@ def card_funnel(funnel: Any) -> list[dict[str, Any]]:
              "dropped": dict(s.dropped)} for s in funnel]
 
 
-def _fill_from(table: pa.Table, ctx: StageContext, stage: str, column: str) -> pa.Table:
-    """Left-join ``column`` from an earlier stage's output when ``table`` lacks it.
-
-    Joins on (instruction_id, model) when the other stage has one row per answer, so a
-    per-answer value (a rating, a judge score) never fans out over the other models' rows.
-    """
-    if column in table.column_names:
-        return table
-    other = ctx.read(stage, instruction_ids=table.column("instruction_id").to_pylist())
-    if column not in other.column_names:
-        return table
-    keys = [k for k in ("instruction_id", "model") if k in other.column_names]
-    # A dict lookup rather than Table.join: Arrow's hash join refuses list columns (the
-    # difficulty votes) riding along in the left table.
-    values: dict[tuple, object] = {}
-    for row in other.select(keys + [column]).to_pylist():
-        values.setdefault(tuple(row[k] for k in keys), row[column])
-    lookup = zip(*(table.column(k).to_pylist() for k in keys))
-    filled = pa.array([values.get(key) for key in lookup], other.schema.field(column).type)
-    return table.append_column(column, filled)
-
-
 def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array]:
     """(admitted mask, drop reason per row) for the selected, non-empty answers."""
     status = table.column("status").to_pylist()
+    verified = verified_mask(table).to_pylist()
     gated = (table.column("gate_admitted").to_pylist() if "gate_admitted" in table.column_names
              else [None] * table.num_rows)
     keep, reasons = [], []
-    for st, gate in zip(status, gated):
-        if admit == "selected" or st == VERIFIED_STATUS:
+    for st, ok, gate in zip(status, verified, gated):
+        if admit == "selected" or ok:
             keep.append(True)
             reasons.append(None)
         elif st == "no_tests" and admit == "verified_or_gated":
@@ -269,8 +269,15 @@ def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array]:
             reasons.append(None if gate else "gate_rejected")
         else:
             keep.append(False)
-            reasons.append("no_tests" if st == "no_tests" else "failed_execution")
+            reasons.append(_reject_reason(st))
     return pa.array(keep, pa.bool_()), pa.array(reasons, pa.string())
+
+
+def _reject_reason(status: str | None) -> str:
+    if status in ("no_tests", "no_entry_point"):
+        return status
+    # passed every test it ran, but not the hidden + augmented suite (none, or not recorded)
+    return "program_gate_not_passed" if status == VERIFIED_STATUS else "failed_execution"
 
 
 def _with_reason(table: pa.Table, reason: str) -> pa.Table:
@@ -303,7 +310,7 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
     if twice:
         raise ValueError(f"emit: {len(twice)} instruction(s) have more than one selected answer, "
                          f"e.g. instruction_id={twice[0]}; the selection rule must pick one")
-    chosen = _fill_from(table.filter(keep), ctx, "audit", "gate_admitted")
+    chosen = fill_from(table.filter(keep), ctx, "audit", "gate_admitted")
     admitted, reasons = _admitted(chosen, cfg.admit)
     rejected = chosen.filter(pc.invert(admitted))
     rejected = rejected.append_column("reason", reasons.filter(pc.invert(admitted)))
@@ -311,10 +318,15 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
                                promote_options="permissive") if rejected.num_rows else dropped
     chosen = chosen.filter(admitted)
     # verify may not carry every provenance column through; the stages that made them can.
-    chosen = _fill_from(chosen, ctx, "difficulty", "difficulty")
-    chosen = _fill_from(chosen, ctx, "rate", "final_score")
-    chosen = _fill_from(chosen, ctx, "rate", "elo")
-    chosen = _fill_from(chosen, ctx, "audit", "judge_score").sort_by("instruction_id")
+    chosen = fill_from(chosen, ctx, "difficulty", "difficulty")
+    chosen = fill_from(chosen, ctx, "rate", "final_score")
+    chosen = fill_from(chosen, ctx, "rate", "elo")
+    chosen = fill_from(chosen, ctx, "audit", "judge_score").sort_by("instruction_id")
+    ids = chosen.column("instruction_id").to_pylist()
+    chosen = with_origin(chosen, ctx.read("clean", columns=list(ORIGIN_COLUMNS),
+                                          instruction_ids=ids))
+    chosen = with_judges(chosen, ctx.read("judge", columns=list(JUDGE_COLUMNS),
+                                          instruction_ids=ids))
 
     run_id, config_hash = ctx.run_id, ctx.config_hash()
     sft = build_sft_rows(chosen, system_prompt=cfg.system_prompt, run_id=run_id,
@@ -327,6 +339,7 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
     # ones would be read twice by every `train-*.parquet` glob.
     ctx.remove_artifacts("dataset", "*-of-*.parquet", keep=sorted(files))
 
+    counts = provenance_counts(sft)
     info = CardInfo(
         name=cfg.dataset_name, license=cfg.license, run_id=run_id,
         config_hash=config_hash,
@@ -335,12 +348,18 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
                                             "kept": sft.num_rows,
                                             "dropped": _reason_counts(dropped)}],
         models=_run_models(table, cfg, ctx), source_counts=_value_counts(sft, "source_model"),
-        verified=int(pc.sum(sft.column("verified")).as_py() or 0), schema=SFT_SCHEMA,
+        schema=SFT_SCHEMA, admit=cfg.admit, gate=_gate_report(ctx), **counts,
     )
     ctx.write_artifact("dataset/README.md", render_card(info, ctx.model_spec))
     stats = {f"rows_{split}": float(n) for split, n in info.split_sizes.items()}
-    stats["verified"] = float(info.verified)
+    stats.update({name: float(n) for name, n in counts.items()})
     return StageResult(table=sft, dropped=dropped, stats=stats)
+
+
+def _gate_report(ctx: StageContext) -> dict | None:
+    """The audit's judge-gate section (``metrics.json``), None when the audit wrote none."""
+    raw = ctx.read_artifact(METRICS_ARTIFACT)
+    return json.loads(raw).get("gate") if raw is not None else None
 
 
 def _value_counts(table: pa.Table, column: str) -> dict[str, int]:
@@ -351,12 +370,17 @@ def _reason_counts(dropped: pa.Table) -> dict[str, int]:
     return _value_counts(dropped, "reason") if dropped.num_rows else {}
 
 
+METRICS_ARTIFACT = "audit/metrics.json"
+
 STAGE = StageSpec(
     name="emit", config=EmitConfig, run=run, source="repair", sharded=False,
     reads={"answer": ("model",),
+           "clean": ORIGIN_COLUMNS,
+           "judge": JUDGE_COLUMNS,
            "difficulty": ("instruction_id", "difficulty", "difficulty_votes"),
            "rate": ("instruction_id", "model", "final_score", "elo"),
            "audit": ("instruction_id", "model", "gate_admitted", "judge_score")},
+    artifacts=(METRICS_ARTIFACT,),
     inputs=("instruction_id", "instruction", "model", "response", "status", "selected"),
     outputs=tuple(SFT_SCHEMA.names),
 )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pyarrow as pa
@@ -34,6 +35,7 @@ def _selected(n: int = 4, **extra) -> pa.Table:
         "model": ["qwen2.5-coder-0.5b" if i % 2 else "smollm2-135m" for i in range(n)],
         "response": [f"```python\ndef f{i}(x):\n    return x + {i}\n```" for i in range(n)],
         "status": ["passed" if i % 3 else "failed" for i in range(n)],
+        "program_gate": ["pass" if i % 3 else "fail" for i in range(n)],
     }
     cols.update(extra)
     return pa.table(cols)
@@ -52,15 +54,54 @@ def test_messages_have_user_then_assistant_and_optional_system():
 
 
 def test_provenance_columns_copied_verified_derived_and_missing_ones_null():
-    t = _selected(3, tests_passed=[0, 4, 2], elo=[1010.5, 990.0, 1000.0])
+    t = _selected(3, tests_passed=[0, 4, 2], elo=[1010.5, 990.0, 1000.0],
+                  tests_hidden=[2, 2, 0], tests_hidden_passed=[0, 2, 0],
+                  judges=[["j1"], None, ["j1", "j2"]])
     out = build_sft_rows(t, system_prompt=None, run_id="run-7", config_hash="abc")
     assert out.column("verified").to_pylist() == [False, True, True]
     assert out.column("source_model").to_pylist() == t.column("model").to_pylist()
     assert out.column("tests_passed").to_pylist() == [0, 4, 2]
+    assert out.column("tests_hidden_passed").to_pylist() == [0, 2, 0]
+    assert out.column("judges").to_pylist() == [["j1"], None, ["j1", "j2"]]
+    assert out.column("program_gate").to_pylist() == ["fail", "pass", "pass"]
     assert out.column("elo").to_pylist() == [1010.5, 990.0, 1000.0]
-    assert out.column("judge_score").to_pylist() == [None] * 3
+    for absent in ("judge_score", "repaired", "repair_rounds", "miner", "tests_augmented",
+                   "probe_gate", "judge_pick"):
+        assert out.column(absent).to_pylist() == [None] * 3, absent
     assert set(out.column("run_id").to_pylist()) == {"run-7"}
     assert set(out.column("config_hash").to_pylist()) == {"abc"}
+
+
+CONTRACT_COLUMNS = {  # issue #22: checked from outside, exactly these names and types
+    "repaired": "bool", "repair_rounds": "int64", "replaced_judge_pick": "bool",
+    "judge_pick": "string", "selection_rule": "string", "miner": "string",
+    "template": "string", "judges": "list<string>", "tests_visible_passed": "int64",
+    "tests_hidden_passed": "int64", "tests_augmented_passed": "int64", "tests_visible": "int64",
+    "tests_hidden": "int64", "tests_augmented": "int64", "probe_gate": "string",
+    "program_gate": "string"}
+
+
+def test_schema_has_the_contract_provenance_columns():
+    types = {f.name: str(f.type).replace("list<item: string>", "list<string>")
+             for f in SFT_SCHEMA}
+    assert {name: types.get(name) for name in CONTRACT_COLUMNS} == CONTRACT_COLUMNS
+    assert all(SFT_SCHEMA.field(name).nullable for name in CONTRACT_COLUMNS)
+
+
+@pytest.mark.parametrize("status, gate, repaired, verified", [
+    ("passed", "pass", False, True),
+    ("passed", "pass", True, True),      # repaired, verified on tests it never saw
+    ("passed", "no_tests", False, False),  # passed only tests repair may show, none hidden
+    ("passed", None, False, False),      # gate not recorded: not verified
+    ("failed", "fail", True, False),
+    ("no_tests", "no_tests", False, False),
+])
+def test_verified_needs_the_program_gate(status, gate, repaired, verified):
+    t = _selected(1, status=[status], program_gate=pa.array([gate], pa.string()),
+                  repaired=[repaired], repair_rounds=[1 if repaired else 0])
+    out = build_sft_rows(t, system_prompt=None, run_id="r", config_hash="h")
+    assert out.column("verified").to_pylist() == [verified]
+    assert out.column("repaired").to_pylist() == [repaired]
 
 
 def test_bad_input_names_the_column_or_row():
@@ -133,6 +174,8 @@ def test_written_files_load_with_datasets_and_are_conversational_for_trl(tmp_pat
     assert ds[0]["messages"][0] == {"role": "system", "content": "Answer with code."}
     assert all(is_conversational(row) for row in ds)
     assert ds.features["verified"].dtype == "bool"
+    assert set(CONTRACT_COLUMNS) <= set(ds.column_names)
+    assert ds[0]["judges"] is None and ds[0]["program_gate"] == "fail"
 
 
 class _Ctx:
@@ -156,17 +199,25 @@ class _Ctx:
 
     def read(self, stage, columns=None, instruction_ids=None):
         # what the runner's context serves: the declared columns (those the table has)
+        if stage not in self.tables and stage in ("clean", "judge"):
+            self.tables[stage] = pa.table({c: pa.array([], pa.string())
+                                           for c in EMIT.reads[stage]})
         declared = [c for c in EMIT.reads[stage] if c in self.tables[stage].column_names]
         table = self.tables[stage].select(declared)
         if instruction_ids is not None:
             import pyarrow.compute as pc
 
             table = table.filter(pc.is_in(table.column("instruction_id"),
-                                          value_set=pa.array(list(instruction_ids))))
+                                          value_set=pa.array(list(instruction_ids),
+                                                             pa.string())))
         return table.select(list(columns)) if columns else table
 
     def write_artifact(self, relpath, data):
         return RunStore(self.run_dir).write_artifact(relpath, data)
+
+    def read_artifact(self, relpath):
+        assert relpath in EMIT.artifacts, f"undeclared artifact {relpath}"
+        return RunStore(self.run_dir).read_artifact(relpath)
 
     def model_spec(self, model_id):
         raise KeyError(model_id)
@@ -184,6 +235,8 @@ def _verify_table() -> pa.Table:
                          "response": sel.column("response")[i].as_py() if chosen else "other",
                          "status": sel.column("status")[i].as_py() if chosen else "failed",
                          "tests_passed": 3 if chosen else 0, "tests_total": 3,
+                         "program_gate": "pass" if chosen and i % 3 else "fail",
+                         "repaired": chosen and i == 2, "repair_rounds": 1 if i == 2 else 0,
                          "selected": chosen, "judge_score": 7.5, "elo": 1000.0 + i})
     # A selected answer that is blank is dropped, with its reason.
     next(r for r in reversed(rows) if r["selected"])["response"] = "   "
@@ -198,11 +251,19 @@ def test_stage_writes_dataset_and_card_and_counts_drops(tmp_path):
         "difficulty_votes": [[{"judge": "gemma-3-270m", "score": 5}]] * 4})
     answer = verify.select(["instruction_id", "model"])
     rate = pa.table({"instruction_id": ids, "final_score": [0.1, 0.2, 0.3, 0.4]})
+    orig = list(dict.fromkeys(verify.column("instruction_id").to_pylist()))  # i = 0..3
+    clean = pa.table({"instruction_id": orig + orig[:1],  # a repeated row agrees with itself
+                      "miner": ["qwen2.5-coder-0.5b"] * 3 + [None, "qwen2.5-coder-0.5b"],
+                      "template": ["chat_template/empty_assistant"] * 3 + ["file"]
+                      + ["chat_template/empty_assistant"]})
+    judge = pa.table({"instruction_id": [orig[0], orig[0], orig[0], orig[2]],
+                      "judge": ["smollm2-135m", "gemma-3-270m", "smollm2-135m", "smollm2-135m"]})
     store = RunStore(tmp_path)
     store.stage("mine").mark_success({"rows_in": 10, "rows_out": 8, "dropped": {"empty": 2}})
     store.stage("verify").mark_success({"rows_in": 8, "rows_out": 8, "dropped": {}})
+    store.write_artifact("audit/metrics.json", json.dumps({"gate": GATE_REPORT}))
     ctx = _Ctx(tmp_path, {"difficulty": difficulty, "answer": answer, "rate": rate,
-                          "audit": _audit_table(verify)}, seed=1)
+                          "audit": _audit_table(verify), "clean": clean, "judge": judge}, seed=1)
     cfg = EmitConfig(system_prompt="Be brief.", extra_models=("all-MiniLM-L6-v2",),
                      admit="selected")
 
@@ -213,8 +274,16 @@ def test_stage_writes_dataset_and_card_and_counts_drops(tmp_path):
     assert result.dropped.column("reason").to_pylist().count("not_selected") == 4
     assert result.dropped.column("reason").to_pylist().count("empty_response") == 1
     by_id = dict(zip(ids, [3.0, 5.0, 7.0, 9.0]))
-    assert [by_id[i] for i in result.table.column("instruction_id").to_pylist()] == \
-        result.table.column("difficulty").to_pylist()
+    out_ids = result.table.column("instruction_id").to_pylist()
+    assert [by_id[i] for i in out_ids] == result.table.column("difficulty").to_pylist()
+    rows = {r["instruction_id"]: r for r in result.table.to_pylist()}
+    assert set(out_ids) == set(orig[:3])  # the fourth selected answer is blank
+    assert rows[orig[0]]["judges"] == ["gemma-3-270m", "smollm2-135m"]
+    assert rows[orig[1]]["judges"] is None and rows[orig[2]]["judges"] == ["smollm2-135m"]
+    assert [rows[i]["miner"] for i in orig[:3]] == ["qwen2.5-coder-0.5b"] * 3
+    assert rows[orig[0]]["template"] == "chat_template/empty_assistant"
+    assert [rows[i]["repaired"] for i in orig[:3]] == [False, False, True]
+    assert [rows[i]["verified"] for i in orig[:3]] == [False, True, True]
     assert set(result.table.column("final_score").to_pylist()) <= {0.1, 0.2, 0.3, 0.4}
     assert set(result.table.column("config_hash").to_pylist()) == {"cfg123"}
 
@@ -225,14 +294,57 @@ def test_stage_writes_dataset_and_card_and_counts_drops(tmp_path):
     assert header["dataset_info"]["splits"] == [{"name": "train", "num_examples": 3}]
     assert header["configs"][0]["data_files"] == [{"split": "train", "path": "train-*.parquet"}]
     for expected in ("Gemma Terms of Use", "Apache-2.0", "all-MiniLM-L6-v2", "| mine | 10 | 8 |",
-                     "empty_response: 1", "not_selected: 4"):
-        assert expected in card
+                     "empty_response: 1", "not_selected: 4", "`verified` (2 of 3 rows)",
+                     "`repaired` (1 rows)", "0 rows have no usable tests",
+                     "mean judge score is at least 2.5",
+                     "(40 instructions, 80 answers)", ("3 of the 30 admitted answers failed "
+                     "(10.0%, exact 95% interval 2.1-26.5%)"), ("**What it does not cover:** the 0 "
+                     "rows of this dataset without tests"), "bound does not carry over"):
+        assert expected in card, expected
 
     # The folder with its card is a dataset the Hub loader understands without arguments.
     from datasets import load_dataset
 
     ds = load_dataset(str(tmp_path / "dataset"), split="train")
     assert len(ds) == 3 and ds[0]["messages"][0]["role"] == "system"
+
+
+GATE_REPORT = {"threshold": 2.5, "epsilon": 0.1, "delta": 0.1, "calibration_rows": 80,
+               "splits": {"calibration": {"instructions": 40, "rows": 80},
+                          "held_out": {"instructions": 41, "rows": 82}},
+               "held_out": {"k": 3, "n": 30, "rate": 0.1, "ci_low": 0.0211, "ci_high": 0.2653,
+                            "rows": 82},
+               "without_tests": {"rows": 12, "admitted": 5}}
+
+
+def test_card_counts_rows_without_tests_and_says_the_bound_does_not_cover_them(tmp_path):
+    texts = {"p": "passed", "g": "no_tests", "h": "no_tests"}
+    verify = pa.table({
+        "instruction_id": list(texts), "instruction": [f"Task {k} please" for k in texts],
+        "model": ["m"] * 3, "response": ["code"] * 3, "status": list(texts.values()),
+        "program_gate": ["pass", "no_tests", "no_tests"], "selected": [True] * 3})
+    ctx = _plain_ctx(tmp_path, verify)
+    ctx.tables["audit"] = _audit_table(verify, {"g": True, "h": True})
+    RunStore(tmp_path).write_artifact("audit/metrics.json", json.dumps(
+        {"gate": dict(GATE_REPORT, threshold=None)}))
+    result = run(verify, EmitConfig(), ctx)
+    assert result.stats["without_tests"] == 2.0 and result.stats["verified"] == 1.0
+    card = (tmp_path / "dataset" / "README.md").read_text()
+    assert "2 rows have no usable tests (`status` `no_tests`)" in card
+    assert "admitted on their judge score alone" in card
+    assert "the 2 rows of this dataset without tests" in card
+    assert "No threshold met the bound" in card
+
+
+def test_clean_rows_that_disagree_on_the_miner_are_an_error():
+    from stages.emit_provenance import with_origin
+
+    t = _selected(1)
+    iid = t.column("instruction_id")[0].as_py()
+    clean = pa.table({"instruction_id": [iid, iid], "miner": ["a", "b"],
+                      "template": ["x", "x"]})
+    with pytest.raises(ValueError, match=f"instruction_id={iid} disagree"):
+        with_origin(t, clean)
 
 
 def _plain_ctx(tmp_path: Path, verify: pa.Table) -> _Ctx:
@@ -257,16 +369,21 @@ def _audit_table(verify: pa.Table, gate: dict | None = None) -> pa.Table:
 
 
 @pytest.mark.parametrize("admit, expected_rows, expected_reasons", [
-    ("verified", {"p"}, {"failed_execution": 1, "no_tests": 2}),
-    ("verified_or_gated", {"p", "g"}, {"failed_execution": 1, "gate_rejected": 1}),
-    ("selected", {"p", "g", "r", "f"}, {}),
+    ("verified", {"p"}, {"failed_execution": 1, "no_tests": 2, "no_entry_point": 1,
+                         "program_gate_not_passed": 1}),
+    ("verified_or_gated", {"p", "g"}, {"failed_execution": 1, "gate_rejected": 1,
+                                       "no_entry_point": 1, "program_gate_not_passed": 1}),
+    ("selected", {"p", "g", "r", "f", "e", "v"}, {}),
 ])
 def test_admission_rules(tmp_path, admit, expected_rows, expected_reasons):
-    texts = {"p": "passed", "g": "no_tests", "r": "no_tests", "f": "failed"}
+    texts = {"p": "passed", "g": "no_tests", "r": "no_tests", "f": "failed",
+             "e": "no_entry_point", "v": "passed"}
+    gates = {"p": "pass", "g": "no_tests", "r": "no_tests", "f": "fail", "e": "fail",
+             "v": "no_tests"}  # v passed the tests repair may show; no hidden test ran
     verify = pa.table({
         "instruction_id": list(texts), "instruction": [f"Task {k} please" for k in texts],
-        "model": ["m"] * 4, "response": ["code"] * 4, "status": list(texts.values()),
-        "selected": [True] * 4})
+        "model": ["m"] * 6, "response": ["code"] * 6, "status": list(texts.values()),
+        "program_gate": list(gates.values()), "selected": [True] * 6})
     ctx = _plain_ctx(tmp_path, verify)
     ctx.tables["audit"] = _audit_table(verify, {"g": True, "r": False})
     result = run(verify, EmitConfig(admit=admit), ctx)
@@ -285,7 +402,8 @@ def test_stage_holdout_split_is_written_and_described(tmp_path):
     assert 0 < n_test < 3, "seed 0 splits these ids both ways"
     assert files == ["test-00000-of-00001.parquet", "train-00000-of-00001.parquet"]
     assert result.stats == {"rows_train": 3.0 - n_test, "rows_test": float(n_test),
-                            "verified": 2.0}
+                            "verified": 2.0, "repaired": 1.0, "replaced_judge_pick": 0.0,
+                            "without_tests": 0.0}
 
 
 def test_rerun_with_fewer_shards_leaves_no_stale_file(tmp_path):
