@@ -44,6 +44,7 @@ class ParsedTests:
 
     tests: tuple[str, ...]
     parse_error: str | None = None
+    author_name: str | None = None  # the name the author called, renamed to the entry point
 
 
 def python_blocks(text: str) -> list[str]:
@@ -113,27 +114,38 @@ def _parse(code: str | None) -> ast.Module | None:
         return None
 
 
-def _public_defs(tree: ast.Module) -> dict[str, str]:
-    """Top-level functions/classes not called by another top-level definition, with signature."""
+def public_definitions(tree: ast.Module) -> dict[str, ast.FunctionDef | ast.AsyncFunctionDef
+                                                   | ast.ClassDef]:
+    """Top-level functions/classes not called by another top-level definition.
+
+    Skips ``main``, ``test*`` and private names: a demo or test function calling the solution
+    does not make it a helper, and is not the solution either.
+    """
     defs = {n.name: n for n in tree.body
             if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef))}
     called: set[str] = set()
     for name, node in defs.items():
         if name == "main" or name.startswith("test"):
-            continue  # a demo or test function calling the solution does not make it a helper
+            continue
         for sub in ast.walk(node):
             if isinstance(sub, ast.Name) and sub.id != name and sub.id in defs:
                 called.add(sub.id)
-    out = {}
-    for name, node in defs.items():
-        if name in called or name.startswith(("_", "test")) or name == "main":
-            continue
-        if isinstance(node, ast.ClassDef):
-            out[name] = f"class {name}"
-        else:
-            ret = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
-            out[name] = f"def {name}({ast.unparse(node.args)}){ret}"
-    return out
+    return {name: node for name, node in defs.items()
+            if not (name in called or name.startswith(("_", "test")) or name == "main")}
+
+
+def signature_of(node: ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef,
+                 name: str | None = None) -> str:
+    """``def name(a, b: int) -> str`` / ``class Name`` (``name`` replaces the node's own)."""
+    name = name or node.name
+    if isinstance(node, ast.ClassDef):
+        return f"class {name}"
+    ret = f" -> {ast.unparse(node.returns)}" if node.returns is not None else ""
+    return f"def {name}({ast.unparse(node.args)}){ret}"
+
+
+def _public_defs(tree: ast.Module) -> dict[str, str]:
+    return {name: signature_of(node) for name, node in public_definitions(tree).items()}
 
 
 def find_entry_point(codes: Sequence[str | None]) -> EntryPoint | None:
@@ -283,7 +295,9 @@ def extract_tests(text: str | None, entry_point: str, max_tests: int | None = No
     Reads fenced blocks (or the whole reply), then top-level asserts, asserts inside ``test_*``
     functions, ``check(candidate)`` and unittest methods (``self.assertEqual`` becomes a plain
     assert). An assert that uses variables set up before it keeps that setup as a small block.
-    Duplicates are dropped; a block that does not parse is retried line by line.
+    Duplicates are dropped; a block that does not parse is retried line by line. When no
+    assert calls ``entry_point``, the function the reply's asserts call is taken as the
+    author's name for it and renamed (``author_name``).
 
     Args:
         text: the raw reply.
@@ -292,31 +306,68 @@ def extract_tests(text: str | None, entry_point: str, max_tests: int | None = No
 
     >>> extract_tests("```python\\nassert add(1, 2) == 3\\nassert add(0, 0) == 0\\n"
     ...               "print('ok')\\n```", "add")
-    ParsedTests(tests=('assert add(1, 2) == 3', 'assert add(0, 0) == 0'), parse_error=None)
-    >>> extract_tests("I cannot help with that.", "add")
-    ParsedTests(tests=(), parse_error='no assert calling add found')
+    ParsedTests(tests=('assert add(1, 2) == 3', 'assert add(0, 0) == 0'), parse_error=None, author_name=None)
+    >>> extract_tests("```python\\nassert find_max([1, 3]) == 3\\n```", "find_maximum")
+    ParsedTests(tests=('assert find_maximum([1, 3]) == 3',), parse_error=None, author_name='find_max')
+    >>> extract_tests("I cannot help with that.", "add").parse_error
+    'no assert calling add found'
     """
     if text is None or not text.strip():
         return ParsedTests((), "empty output")
-    found: list[str] = []
+    trees = _reply_trees(text)
+    tests = _tests_of(trees, entry_point)
+    author_name = None
+    if not tests:
+        # The author called the function by a name of its own (``find_max`` for
+        # ``find_maximum``): its asserts still test the task, under the entry point's name.
+        author_name = _called_name(trees, entry_point)
+        if author_name is not None:
+            tests = _tests_of([_Rename(author_name, entry_point).visit(t) for t in trees],
+                              entry_point)
+    if max_tests is not None:
+        tests = tests[:max_tests]
+    if not tests:
+        return ParsedTests((), f"no assert calling {entry_point} found")
+    return ParsedTests(tests, None, author_name)
+
+
+def _reply_trees(text: str) -> list[ast.Module]:
+    trees = []
     for block in python_blocks(text):
         tree = _parse(block)
         if tree is None:
             # A reply cut mid-statement, or prose around asserts: salvage the lines that parse.
             lines = [ln.strip() for ln in block.splitlines() if ln.strip().startswith("assert ")]
-            trees = [t for t in (_parse(ln) for ln in lines) if t is not None]
-            tree = ast.Module([s for t in trees for s in t.body], [])
+            parsed = [t for t in (_parse(ln) for ln in lines) if t is not None]
+            tree = ast.Module([s for t in parsed for s in t.body], [])
+        trees.append(tree)
+    return trees
+
+
+def _tests_of(trees: Sequence[ast.Module], entry_point: str) -> tuple[str, ...]:
+    found: list[str] = []
+    for tree in trees:
         # Only the entry point is defined where the tests run: helpers of the reply are not.
         imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
         for i, body in enumerate(_scopes(tree, entry_point)):
             found.extend(_tests_in_body(body if i == 0 else [*imports, *body], entry_point,
                                         {entry_point}))
-    tests = tuple(dict.fromkeys(found))
-    if max_tests is not None:
-        tests = tests[:max_tests]
-    if not tests:
-        return ParsedTests((), f"no assert calling {entry_point} found")
-    return ParsedTests(tests, None)
+    return tuple(dict.fromkeys(found))
+
+
+def _called_name(trees: Sequence[ast.Module], entry_point: str) -> str | None:
+    """The function most asserts of the reply call (not a builtin), or ``None``."""
+    votes: Counter = Counter()
+    for tree in trees:
+        bound = _bound_names(tree.body)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assert):
+                for call in ast.walk(node):
+                    if (isinstance(call, ast.Call) and isinstance(call.func, ast.Name)
+                            and call.func.id not in _BUILTINS and call.func.id not in bound
+                            and call.func.id != entry_point):
+                        votes[call.func.id] += 1
+    return votes.most_common(1)[0][0] if votes else None
 
 
 def probe_program(test_code: str) -> tuple[str, str] | None:

@@ -1,59 +1,99 @@
-"""Stage ``tests``: every expert writes assert tests per instruction; dual agreement keeps some.
+"""Stage ``tests``: every expert writes tests and an input generator; the evidence decides trust.
 
 Input (source ``answer``, one row per (instruction_id, model)): ``instruction_id, instruction,
-model, code``. The function the tests must call (name and signature) is the public function or
-class most answers define (``find_entry_point``); the authors see the task and that signature,
-never an answer. Each author's reply is parsed into single asserts (or small blocks ending in
-one); a reply without a usable test is a value (``parse_error``, raw text kept).
+model, code``. The entry point the tests call is the function the instruction names when it
+names one (``stages.entry_points.instruction_function_name``), else the public function most
+answers define; the authors see the task and that signature (named as the tests will call it),
+never an answer. Each author's reply is parsed into single asserts (calls under the author's
+own name for the function are renamed to the entry point) and, with ``augment``, its
+``generate_inputs()`` (``stages.augment``). A reply without a usable test is a value
+(``parse_error``, raw text kept).
 
-Every test is then run against every answer in the sandbox, and CodeT-style dual agreement
-(``stages.selection.dual_agreement``) trusts the tests passed by the largest consistent group of
-answers. An instruction whose tests all fail that cross-check is marked ``no_tests`` and is left
-to the judge gate.
+Execution (the sandbox, two batches per shard): each generator runs and prints its inputs
+(literals only, at most ``inputs_per_author``); then every candidate, bound to the entry point
+(``stages.entry_points.bind``; an unbound candidate is not run), runs every written test and
+every generated input in one suite job. Trust (``stages.cross_check``): dual agreement over
+the candidates (``candidate_pass``), two authors expecting the same value for the same call
+(``author_agreement``), an agreed output on the same call (``augmentation``); a generated input
+on which a majority of independent candidates return the same value becomes an ``augmented``
+test (``majority``). Surviving written tests are split visible/hidden, seeded by the run seed
+and the instruction id; augmented tests are hidden.
 
-Output: one row per (instruction_id, author, test_idx): ``test_code, survived, reason``
-(``null`` when survived; ``no_candidate_passes``, ``contradicts_consensus``, ``no_consensus``,
-``duplicate``), ``entry_point, signature, passed_by`` (models whose answer passed it),
-``consensus`` (models of the trusted group), ``no_tests`` (per instruction), ``raw`` and
-``parse_error`` (the author's reply). An author whose reply held no test, or an instruction
-without an entry point, gets one row with ``test_idx = -1`` and ``test_code = null`` (reason
-``parse_error`` / ``no_entry_point``) so that nothing disappears silently.
+Output: one row per (instruction_id, author, test_idx): ``kind`` (written, augmented),
+``test_code, survived, reason`` (null when survived; ``no_candidate_passes``,
+``contradicts_consensus``, ``no_consensus``, ``duplicate``, ``contradicts_augmentation``,
+``no_majority``, ``agreed_no_value``, ``not_literal``), ``trusted_by, split, call, expected,
+entry_point, entry_source`` (instruction, answers), ``signature, example`` (the instruction's
+own example as an assert, for the probe gate), ``author_name`` (the name the author called),
+``passed_by, contradicted, consensus, no_tests`` (per instruction), ``raw`` (the reply; the
+candidates' outcomes for an augmented row), ``parse_error, generator, generator_error,
+generated_inputs``. Augmented rows carry the author whose generator made the input first. An
+author whose reply held no test, or an instruction without an entry point, gets one row with
+``test_idx = -1`` (reason ``parse_error`` / ``no_entry_point``) so that nothing disappears.
+Stats (counts, summed over shards): ``tests_written.<a>``, ``tests_survived.<a>``,
+``parse_errors.<a>``, ``discarded.<reason>``, ``trusted.<trusted_by>``, ``augment.*``,
+``instructions_no_tests``, ``instructions_all_fail``, ``instructions_no_entry_point``.
 """
 
 from __future__ import annotations
 
+import ast
 from collections import defaultdict
-from functools import cache
-from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
 from pydantic import Field
 
 from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
-from stages.selection import dual_agreement
-from stages.test_parsing import EntryPoint, ParsedTests, extract_tests, find_entry_point
+from stages.augment import (
+    extract_generator,
+    generator_program,
+    input_program,
+    outcome_of,
+    parse_generated,
+)
+from stages.cross_check import judge_augmented, judge_written
+from stages.entry_points import bind, bound_code, call_arities, instruction_function_name
+from stages.probe_gate import instruction_example
+from stages.prompt_templates import fill, load_template
+from stages.suites import AUGMENTED, WRITTEN, Suite, suites_of_rows
+from stages.test_parsing import (
+    EntryPoint,
+    ParsedTests,
+    extract_tests,
+    find_entry_point,
+    public_definitions,
+    signature_of,
+)
+from stages.test_split import call_and_expected, normalised_call
 
-PROMPTS = Path(__file__).resolve().parent.parent / "pipeline" / "prompts"
 DUPLICATE, PARSE_ERROR, NO_ENTRY_POINT = "duplicate", "parse_error", "no_entry_point"
 
 TESTS_SCHEMA = pa.schema([
     ("instruction_id", pa.string()), ("author", pa.string()), ("test_idx", pa.int64()),
-    ("test_code", pa.string()), ("survived", pa.bool_()), ("reason", pa.string()),
-    ("entry_point", pa.string()), ("signature", pa.string()),
-    ("passed_by", pa.list_(pa.string())), ("consensus", pa.list_(pa.string())),
-    ("no_tests", pa.bool_()), ("raw", pa.string()), ("parse_error", pa.string()),
+    ("kind", pa.string()), ("test_code", pa.string()), ("survived", pa.bool_()),
+    ("reason", pa.string()), ("trusted_by", pa.string()), ("split", pa.string()),
+    ("call", pa.string()), ("expected", pa.string()),
+    ("entry_point", pa.string()), ("entry_source", pa.string()), ("signature", pa.string()),
+    ("example", pa.string()), ("author_name", pa.string()),
+    ("passed_by", pa.list_(pa.string())), ("contradicted", pa.list_(pa.string())),
+    ("consensus", pa.list_(pa.string())), ("no_tests", pa.bool_()), ("raw", pa.string()),
+    ("parse_error", pa.string()), ("generator", pa.string()), ("generator_error", pa.string()),
+    ("generated_inputs", pa.int64()),
 ])
 
 
 class TestGenConfig(StageConfig):
-    """Authors, sampling and execution limits of the ``tests`` stage."""
+    """Authors, sampling, augmentation and execution limits of the ``tests`` stage."""
 
     __test__ = False  # not a pytest test class despite the name
 
     authors: list[str] | None = Field(None, description="test authors; default: the experts")
     tests_per_author: int = Field(5, ge=1, le=50, description="tests asked of each author")
     max_tests_per_author: int = Field(8, ge=1, le=100, description="tests kept per author")
+    augment: bool = Field(True, description="ask each author for generate_inputs() too")
+    inputs_per_author: int = Field(
+        8, ge=1, le=50, description="generated inputs asked of and kept per author")
     max_tokens: int = Field(384, ge=16)
     temperature: float = Field(0.0, ge=0)
     # Large by default: the llama.cpp backend refills a finished sequence's slot from the
@@ -65,20 +105,17 @@ class TestGenConfig(StageConfig):
     memory_mb: int | None = Field(None, ge=32, description="memory limit; None: the sandbox's")
 
 
-@cache
-def load_prompt(name: str) -> str:
-    """A prompt template from ``pipeline/prompts`` (``testgen_system``, ``testgen_user``)."""
-    return (PROMPTS / f"{name}.txt").read_text(encoding="utf-8").strip()
+def build_conversation(instruction: str, entry: EntryPoint, n: int,
+                       inputs: int | None = None) -> list[dict[str, str]]:
+    """The test-writing conversation for one instruction (no answer is shown).
 
-
-def build_conversation(instruction: str, entry: EntryPoint, n: int) -> list[dict[str, str]]:
-    """The test-writing conversation for one instruction (no answer is shown)."""
-    # str.replace, not str.format: instructions contain braces.
-    user = load_prompt("testgen_user")
-    for key, value in (("{n}", str(n)), ("{signature}", entry.signature),
-                       ("{entry_point}", entry.name), ("{instruction}", instruction)):
-        user = user.replace(key, value)
-    return [{"role": "system", "content": load_prompt("testgen_system")},
+    ``inputs``: also ask for ``generate_inputs()`` returning that many inputs.
+    """
+    name = "testgen_user_augment.txt" if inputs else "testgen_user.txt"
+    # one pass: an instruction containing "{signature}" or "{output}" reaches the model as is
+    user = fill(load_template(name), n=str(n), k=str(inputs or 0), signature=entry.signature,
+                entry_point=entry.name, instruction=instruction)
+    return [{"role": "system", "content": load_template("testgen_system.txt")},
             {"role": "user", "content": user}]
 
 
@@ -88,10 +125,11 @@ def write_tests(backend: Any, jobs: list[tuple[str, EntryPoint]], cfg: TestGenCo
     from pipeline.backends.base import SamplingParams
 
     params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=seed)
+    inputs = cfg.inputs_per_author if cfg.augment else None
     out: list[tuple[ParsedTests, str]] = []
     for start in range(0, len(jobs), cfg.batch_size):
         batch = jobs[start:start + cfg.batch_size]
-        replies = backend.chat([build_conversation(text, entry, cfg.tests_per_author)
+        replies = backend.chat([build_conversation(text, entry, cfg.tests_per_author, inputs)
                                 for text, entry in batch], params)
         for (_, entry), reply in zip(batch, replies):
             completion = reply[0]
@@ -103,94 +141,213 @@ def write_tests(backend: Any, jobs: list[tuple[str, EntryPoint]], cfg: TestGenCo
     return out
 
 
-def cross_check(tests: list[dict], models: list[str], passes: list[list[bool]]) -> bool:
-    """Mark ``survived / reason / passed_by / consensus`` on one instruction's test rows.
+def resolve_entry_point(instruction: str, codes: list[str | None]) -> tuple[EntryPoint, str] | None:
+    """The entry point of an instruction and where it came from (``instruction``/``answers``).
 
-    ``tests`` are that instruction's rows in order (duplicates already marked and left out of
-    ``passes``); ``passes[c][t]`` covers the non-duplicate tests. Returns ``no_tests``.
+    The signature shown to the authors is that of the answers' function bound to it, under the
+    entry point's name. ``None`` when no answer defines a public callable.
     """
-    unique = [t for t in tests if t["reason"] != DUPLICATE]
-    trust = dual_agreement(passes, n_tests=len(unique))
-    consensus = [models[c] for c in trust.consensus]
-    for t, row in enumerate(unique):
-        row.update(survived=trust.survived[t], reason=trust.reasons[t], consensus=consensus,
-                   passed_by=[models[c] for c in range(len(models)) if passes[c][t]])
-    return not any(trust.survived)
+    voted = find_entry_point(codes)
+    if voted is None:
+        return None
+    name = instruction_function_name(instruction)
+    if name is None:
+        return voted, "answers"
+    for code in codes:
+        b = bind(code, name, from_instruction=True)
+        if b.bound_function is None or "." in b.bound_function:
+            continue
+        node = public_definitions(ast.parse(code)).get(b.bound_function) or next(
+            (n for n in ast.parse(code).body if getattr(n, "name", None) == b.bound_function),
+            None)
+        if node is not None:
+            return EntryPoint(name, signature_of(node, name), voted.votes), "instruction"
+    return EntryPoint(name, f"def {name}(...)", 0), "instruction"
 
 
-def _rows_for_instruction(iid: str, entry: EntryPoint | None, authors: list[str],
-                          written: dict[str, tuple[ParsedTests, str]]) -> list[dict]:
-    base = {"instruction_id": iid, "entry_point": entry.name if entry else None,
-            "signature": entry.signature if entry else None, "survived": False,
-            "passed_by": [], "consensus": [], "no_tests": True}
-    if entry is None:
-        return [dict(base, author=a, test_idx=-1, test_code=None, reason=NO_ENTRY_POINT,
-                     raw=None, parse_error=None) for a in authors]
+def _base(iid: str, entry: EntryPoint | None, source: str | None, example: str | None) -> dict:
+    return {"instruction_id": iid, "kind": WRITTEN, "survived": False, "reason": "",
+            "trusted_by": None, "split": None, "call": None, "expected": None,
+            "entry_point": entry.name if entry else None, "entry_source": source,
+            "signature": entry.signature if entry else None, "example": example,
+            "author_name": None, "passed_by": [], "contradicted": [], "consensus": [],
+            "no_tests": True, "raw": None, "parse_error": None, "generator": None,
+            "generator_error": None, "generated_inputs": None}
+
+
+def _written_rows(base: dict, authors: list[str], written: dict, generators: dict) -> list[dict]:
     rows, seen = [], set()
     for author in authors:
         parsed, raw = written[author]
+        gen = dict(zip(("generator", "generator_error"), generators.get(author, (None, None))))
+        common = dict(base, author=author, raw=raw, author_name=parsed.author_name, **gen)
         if not parsed.tests:
-            rows.append(dict(base, author=author, test_idx=-1, test_code=None, reason=PARSE_ERROR,
-                             raw=raw, parse_error=parsed.parse_error))
+            rows.append(dict(common, test_idx=-1, test_code=None, reason=PARSE_ERROR,
+                             parse_error=parsed.parse_error))
         for k, code in enumerate(parsed.tests):
-            rows.append(dict(base, author=author, test_idx=k, test_code=code,
-                             reason=DUPLICATE if code in seen else "", raw=raw, parse_error=None))
+            shape = call_and_expected(code, base["entry_point"])
+            rows.append(dict(common, test_idx=k, test_code=code,
+                             reason=DUPLICATE if code in seen else "",
+                             call=shape[0] if shape else None,
+                             expected=shape[1] if shape else None))
             seen.add(code)
     return rows
 
 
-def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
-    """Write tests with every author, cross-check them against every answer, keep the trusted."""
-    from stages.verify import execute
+def _run_generators(pool: Any, rows: dict[str, list[dict]], cfg: TestGenConfig) -> None:
+    """Run every author's generator (one suite job per instruction); add the augmented rows."""
+    from stages.execution import execute_results
 
+    jobs, where = [], []
+    for iid, rs in rows.items():
+        by_author = {r["author"]: r for r in rs if r["generator"]}
+        if by_author:
+            jobs.append(("pass", [generator_program(r["generator"], cfg.inputs_per_author)
+                                  for r in by_author.values()]))
+            where.append((iid, list(by_author)))
+    results = execute_results(pool, jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
+                              fail_fast=False) if jobs else []
+    for (iid, authors), res in zip(where, results):
+        rs = rows[iid]
+        entry = rs[0]["entry_point"]
+        arities = call_arities([r["test_code"] for r in rs], entry)
+        seen = {r["call"] for r in rs if r["call"]}
+        for author, r in zip(authors, res if isinstance(res, list) else [None] * len(authors)):
+            if r is None or not r.passed:
+                error = "skipped" if r is None else (r.error_name or r.error_type or r.status)
+                inputs, rejected = [], 0
+            else:
+                inputs, rejected = parse_generated(r.stdout_tail, arities, cfg.inputs_per_author)
+                error = (f"{rejected} inputs rejected (no literal, or another number of "
+                         "arguments than the tests call with)") if rejected else None
+            own = [x for x in rs if x["author"] == author and x["kind"] == WRITTEN]
+            for x in own:
+                x.update(generator_error=error or x["generator_error"],
+                         generated_inputs=len(inputs))
+            next_idx = 1 + max(x["test_idx"] for x in own)
+            for args in inputs:
+                call = normalised_call(entry, args)
+                if call in seen:
+                    continue
+                seen.add(call)
+                rs.append(dict(own[0], kind=AUGMENTED, test_idx=next_idx, test_code=None,
+                               call=call, reason="", raw=None, author_name=None,
+                               _args=args))
+                next_idx += 1
+
+
+def _run_candidates(pool: Any, rows: dict[str, list[dict]], answers: dict[str, list[dict]],
+                    suites: dict[str, Suite], cfg: TestGenConfig) -> dict[str, list]:
+    """Every bound candidate on every written test and generated input of its instruction."""
+    from stages.execution import execute_results
+
+    jobs, where = [], []
+    for iid, rs in rows.items():
+        suite = suites[iid]
+        tests = [r["test_code"] for r in rs if r["kind"] == WRITTEN and r["reason"] == ""]
+        inputs = [input_program(suite.entry_point, r["_args"]) for r in rs
+                  if r["kind"] == AUGMENTED]
+        for c, answer in enumerate(answers[iid]):
+            b = suite.bind(answer["code"])
+            if b.bound_function is not None and (tests or inputs):
+                jobs.append((bound_code(answer["code"], b), [*tests, *inputs]))
+                where.append((iid, c, len(tests)))
+    results = execute_results(pool, jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
+                              fail_fast=False) if jobs else []
+    out: dict[str, list] = {iid: [None] * len(answers[iid]) for iid in rows}
+    for (iid, c, n), res in zip(where, results):
+        if isinstance(res, list):
+            out[iid][c] = (res[:n], res[n:])
+    return out
+
+
+def _judge(iid: str, rs: list[dict], models: list[str], runs: list, seed: int,
+           stats: dict) -> bool:
+    """Trust and split one instruction's rows; returns ``no_tests``."""
+    tests = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == ""]
+    augmented = [r for r in rs if r["kind"] == AUGMENTED]
+    agreed: dict[str, str] = {}
+    for j, row in enumerate(augmented):
+        outcomes = {models[c]: outcome_of(run[1][j]) for c, run in enumerate(runs)
+                    if run is not None}
+        vote = judge_augmented(row, outcomes)
+        stats["augment.inputs"] += 1
+        stats["augment.agreed"] += vote.assertable
+        stats["augment.disagreed"] += not vote.unanimous
+        stats["augment.no_majority"] += vote.outcome is None
+        if vote.assertable:
+            agreed[row["call"]] = vote.outcome.detail
+    passes = [[r is not None and r.passed for r in run[0]] if run is not None
+              else [False] * len(tests) for run in runs]
+    if tests:
+        judge_written(tests, models, passes, agreed, seed, iid)
+    trusted = [r for r in rs if r["survived"]]
+    written_ok = [t for t, r in enumerate(tests) if r["survived"]]
+    aug_ok = [r for r in augmented if r["survived"]]
+    all_fail = bool(trusted) and not any(
+        all(passes[c][t] for t in written_ok) and all(models[c] in r["passed_by"] for r in aug_ok)
+        for c in range(len(models)))
+    stats["instructions_all_fail"] += all_fail
+    for r in trusted:
+        stats[f"trusted.{r['trusted_by']}"] += 1
+        stats[f"split.{r['split']}"] += 1
+    return not trusted
+
+
+def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
+    """Write tests (and generators) with every author, run them, keep what the evidence trusts."""
     if not cfg.authors:
         raise ValueError("tests.authors: no author configured (a run fills in its experts)")
     authors = list(cfg.authors)
-    if not authors:
-        raise ValueError("tests.authors: no test author configured")
     answers: dict[str, list[dict]] = defaultdict(list)
     for row in table.select(["instruction_id", "instruction", "model", "code"]).to_pylist():
         answers[row["instruction_id"]].append(row)
-    entries = {iid: find_entry_point([r["code"] for r in rows]) for iid, rows in answers.items()}
+    entries = {iid: resolve_entry_point(rows[0]["instruction"], [r["code"] for r in rows])
+               for iid, rows in answers.items()}
     todo = [iid for iid in answers if entries[iid] is not None]
     written: dict[str, dict[str, tuple[ParsedTests, str]]] = defaultdict(dict)
     for author in authors:
-        jobs = [(answers[iid][0]["instruction"], entries[iid]) for iid in todo]
+        jobs = [(answers[iid][0]["instruction"], entries[iid][0]) for iid in todo]
         for iid, result in zip(todo, write_tests(ctx.backend(author), jobs, cfg, ctx.seed)):
             written[iid][author] = result
 
-    per_instruction = {iid: _rows_for_instruction(iid, entries[iid], authors, written[iid])
-                       for iid in answers}
-    # One sandbox batch for the whole shard: every (answer, unique test) pair of every instruction.
-    items, spans = [], {}
-    for iid in todo:
-        unique = [r["test_code"] for r in per_instruction[iid] if r["reason"] == ""]
-        spans[iid] = (len(items), unique)
-        items.extend((r["code"], unique) for r in answers[iid])
-    verdicts = execute(ctx.sandbox(), items, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
-                       fail_fast=False) if items else []
-    stats: dict[str, float] = defaultdict(float)
-    out_rows = []
-    for iid, rows in per_instruction.items():
-        test_rows = [r for r in rows if r["test_idx"] >= 0]
-        no_tests = True
-        if iid in spans and test_rows:
-            start, unique = spans[iid]
-            models = [r["model"] for r in answers[iid]]
-            passes = [[s == "passed" for s in v.per_test] or [False] * len(unique)
-                      for v in verdicts[start:start + len(models)]]
-            no_tests = cross_check(test_rows, models, passes)
-        for r in rows:
+    rows: dict[str, list[dict]] = {}
+    out_rows, stats = [], defaultdict(float)
+    for iid in answers:
+        entry, source = entries[iid] or (None, None)
+        example = instruction_example(answers[iid][0]["instruction"], entry.name) if entry else None
+        base = _base(iid, entry, source, example)
+        if entry is None:
+            out_rows.extend(dict(base, author=a, test_idx=-1, test_code=None,
+                                 reason=NO_ENTRY_POINT) for a in authors)
+            stats["instructions_no_entry_point"] += 1
+            continue
+        generators = {a: extract_generator(raw) for a, (_, raw) in written[iid].items()} \
+            if cfg.augment else {}
+        rows[iid] = _written_rows(base, authors, written[iid], generators)
+    pool = ctx.sandbox()
+    if cfg.augment:
+        _run_generators(pool, rows, cfg)
+    suites = suites_of_rows([r for rs in rows.values() for r in rs])
+    runs = _run_candidates(pool, rows, answers, suites, cfg)
+    for iid, rs in rows.items():
+        no_tests = _judge(iid, rs, [r["model"] for r in answers[iid]], runs[iid], ctx.seed, stats)
+        for r in rs:
+            r.pop("_args", None)
             r["no_tests"] = no_tests
-            r["reason"] = r["reason"] or None
+        out_rows.extend(rs)
+        stats["augment.generators"] += sum(1 for r in rs if r["kind"] == WRITTEN
+                                           and r["test_idx"] <= 0 and r["generator"])
+    stats["instructions_no_tests"] += sum(1 for iid in answers if iid not in rows) + sum(
+        1 for rs in rows.values() if rs and rs[0]["no_tests"])
+    for r in out_rows:
+        r["reason"] = r["reason"] or None
+        if r["kind"] == WRITTEN:
             stats[f"tests_written.{r['author']}"] += r["test_idx"] >= 0
             stats[f"tests_survived.{r['author']}"] += bool(r["survived"])
             stats[f"parse_errors.{r['author']}"] += r["reason"] == PARSE_ERROR
-            if r["reason"] and r["test_idx"] >= 0:
-                stats[f"discarded.{r['reason']}"] += 1
-        stats["instructions_no_tests"] += no_tests
-        stats["instructions_no_entry_point"] += entries[iid] is None
-        out_rows.extend(rows)
+        if r["reason"] and r["test_idx"] >= 0:
+            stats[f"discarded.{r['reason']}"] += 1
     ctx.advance(table.num_rows)
     out = pa.Table.from_pylist(out_rows, schema=TESTS_SCHEMA)
     return StageResult(table=out, stats=dict(stats))

@@ -192,9 +192,11 @@ def test_real_stages_hash_the_prompts_they_fill():
     from pipeline.fingerprint import prompt_digests
 
     assert "judge_pointwise_logprob.txt" in prompt_digests(get_stage("judge").prompts)
-    assert set(prompt_digests(get_stage("repair").prompts)) == {"repair_feedback.txt",
-                                                                 "repair_system.txt"}
-    assert "testgen_user.txt" in prompt_digests(get_stage("tests").prompts)
+    assert set(prompt_digests(get_stage("repair").prompts)) == {
+        "repair_feedback.txt", "repair_feedback_hidden.txt", "repair_hidden_line.txt",
+        "repair_no_code.txt", "repair_no_entry_point.txt", "repair_system.txt"}
+    assert {"testgen_user.txt", "testgen_user_augment.txt"} <= set(
+        prompt_digests(get_stage("tests").prompts))
 
 
 def test_code_digests_follow_imports_but_not_the_runner():

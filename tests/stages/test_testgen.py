@@ -86,7 +86,7 @@ def test_extract_tests_from_a_realistic_reply():
     (None, "empty output"),
     ("   ", "empty output"),
     ("I can't write tests without more details.", "no assert calling area found"),
-    ("```python\nassert other(1) == 2\n```", "no assert calling area found"),
+    ("```python\nassert len([1]) == 1\n```", "no assert calling area found"),
     ("```python\nassert area(x) == 2\n```", "no assert calling area found"),  # x undefined
 ])
 def test_extract_tests_failure_is_a_value(text, error):

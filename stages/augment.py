@@ -1,0 +1,179 @@
+"""Test augmentation: inputs from each author's generator, outputs trusted where candidates agree.
+
+Each test author also writes ``def generate_inputs():`` returning argument tuples (CP-Agent's
+test augmentation). The generator runs in the sandbox (``generator_program``); what it prints
+must be Python literals (``ast.literal_eval``), at most ``cap`` inputs per author. Every input
+then runs on every bound candidate in the sandbox (``input_program``; one suite job per
+candidate), which records ``repr`` of the result or the exception's class (``outcome_of``). An
+input on which a majority of independent candidates (distinct models, at least two; with two
+candidates: both) return the same value becomes an ``augmented`` assertion with that value
+(differential testing, as rStar-Coder's mutual verification and CodeT); the minority is kept
+as evidence against it (``contradicted``), and an input without a majority is kept as a
+disagreement. Parsing here is pure; the stage runs the programs.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from stages.test_parsing import python_blocks
+from stages.test_split import _NOT_LITERAL, is_literal, literal, normalised_call, reprs_agree
+
+GENERATOR = "generate_inputs"
+MARK = "@@arenaforge@@"  # prefixes the lines a program prints for the host
+_MAX_REPR = 1000  # per printed value; a longer repr is cut and so is no literal
+
+
+def extract_generator(text: str | None) -> tuple[str | None, str | None]:
+    """The ``generate_inputs`` function of a reply (with the imports of its block).
+
+    Returns:
+        ``(source, None)`` or ``(None, why not)``.
+
+    >>> extract_generator("```python\\nimport math\\ndef generate_inputs():\\n"
+    ...                   "    return [(1,), (2,)]\\n```")[0]
+    'import math\\n\\ndef generate_inputs():\\n    return [(1,), (2,)]'
+    >>> extract_generator("assert f(1) == 2")
+    (None, 'no generate_inputs function found')
+    """
+    for block in python_blocks(text or ""):
+        try:
+            tree = ast.parse(block)
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+        for node in tree.body:
+            if isinstance(node, ast.FunctionDef) and node.name == GENERATOR:
+                imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
+                return ast.unparse(ast.Module([*imports, node], [])), None
+    return None, f"no {GENERATOR} function found"
+
+
+def generator_program(source: str, cap: int) -> str:
+    """A test program that prints the first ``cap`` generated inputs, one repr per line.
+
+    ``random`` is seeded so that a generator that draws numbers gives the same inputs on every
+    run (and so the same resume fingerprint of its results).
+    """
+    return (f"import random as _random\n_random.seed(0)\n{source}\n"
+            f"for _args in list({GENERATOR}())[:{int(cap)}]:\n"
+            f"    print({MARK!r} + repr(_args)[:{_MAX_REPR}])\n"
+            "assert True")
+
+
+def parse_generated(stdout: str, arities: Sequence[int], cap: int) -> tuple[list[tuple], int]:
+    """The argument tuples a generator printed, and how many lines were no usable literal.
+
+    A value that is not a tuple is one argument (``[1, 2]`` for ``f(xs)``). When the tests'
+    call arities are known, a tuple of another length is rejected: the small models copy
+    ``(input, expected)`` pairs or another task's tuples there.
+
+    >>> parse_generated("@@arenaforge@@(1, 2)\\n@@arenaforge@@[3]\\n@@arenaforge@@<obj>", (), 9)
+    ([(1, 2), ([3],)], 1)
+    >>> parse_generated("@@arenaforge@@('ab', 2)\\n@@arenaforge@@'cd'", (1,), 9)
+    ([('cd',)], 1)
+    """
+    inputs: list[tuple] = []
+    rejected = 0
+    for line in stdout.splitlines():
+        if not line.startswith(MARK):
+            continue
+        value = literal(line[len(MARK):])
+        if value is _NOT_LITERAL:
+            rejected += 1
+            continue
+        if not isinstance(value, tuple):
+            value = (value,)
+        if arities and len(value) not in arities:
+            rejected += 1
+            continue
+        if len(inputs) < cap:
+            inputs.append(value)
+    return inputs, rejected
+
+
+def input_program(entry_point: str, args: Sequence[Any]) -> str:
+    """A test program that prints ``repr`` of ``entry(*args)`` for the host."""
+    return (f"_result = {normalised_call(entry_point, args)}\n"
+            f"print({MARK!r} + repr(_result)[:{_MAX_REPR + 1}])\nassert True")
+
+
+@dataclasses.dataclass(frozen=True)
+class Outcome:
+    """What one candidate did on one input: ``value`` (a repr), ``raises`` (exception class),
+    ``timeout`` or ``error`` (anything else: memory, exit, sandbox)."""
+
+    kind: str
+    detail: str | None = None
+
+    def same(self, other: Outcome) -> bool:
+        if self.kind != other.kind:
+            return False
+        if self.kind == "value":
+            return reprs_agree(self.detail or "", other.detail or "")
+        return self.detail == other.detail
+
+    def as_text(self) -> str:
+        return self.kind if self.detail is None else f"{self.kind}: {self.detail}"
+
+
+def outcome_of(result: Any) -> Outcome:
+    """The outcome of one ``input_program`` run (an ``ExecResult``, ``None`` when skipped)."""
+    if result is None:
+        return Outcome("error", "skipped")
+    if result.status == "passed":
+        lines = [ln for ln in (result.stdout_tail or "").splitlines() if ln.startswith(MARK)]
+        if lines:
+            return Outcome("value", lines[-1][len(MARK):])
+        return Outcome("error", "no output")
+    if result.status == "timeout":
+        return Outcome("timeout")
+    if result.status == "error" and result.error_type == "runtime":
+        return Outcome("raises", result.error_name)
+    return Outcome("error", result.error_type or result.status)
+
+
+@dataclasses.dataclass(frozen=True)
+class Agreement:
+    """The vote on one input: the agreed outcome (``None``: no majority), who agreed, who not."""
+
+    outcome: Outcome | None
+    agreed: tuple[str, ...]
+    contradicted: tuple[str, ...]
+
+    @property
+    def unanimous(self) -> bool:
+        return self.outcome is not None and not self.contradicted
+
+    @property
+    def assertable(self) -> bool:
+        """An agreed value that is a literal: it can become an assertion."""
+        return (self.outcome is not None and self.outcome.kind == "value"
+                and is_literal(self.outcome.detail))
+
+
+def majority(outcomes: Mapping[str, Outcome]) -> Agreement:
+    """The outcome more than half of the models (and at least two) share.
+
+    >>> v = majority({"a": Outcome("value", "3"), "b": Outcome("value", "3"),
+    ...               "c": Outcome("raises", "KeyError")})
+    >>> v.outcome.detail, v.agreed, v.contradicted
+    ('3', ('a', 'b'), ('c',))
+    >>> majority({"a": Outcome("value", "3"), "b": Outcome("value", "4")}).outcome is None
+    True
+    """
+    models = sorted(outcomes)
+    groups: list[list[str]] = []
+    for m in models:
+        group = next((g for g in groups if outcomes[g[0]].same(outcomes[m])), None)
+        if group is None:
+            groups.append([m])
+        else:
+            group.append(m)
+    best = max(groups, key=len, default=[])
+    if len(best) < 2 or 2 * len(best) <= len(models):
+        return Agreement(None, (), ())
+    return Agreement(outcomes[best[0]], tuple(best),
+                     tuple(m for m in models if m not in best))
