@@ -52,13 +52,14 @@ def extract_generator(text: str | None) -> tuple[str | None, str | None]:
 
 
 def generator_program(source: str, cap: int) -> str:
-    """A test program that prints the first ``cap`` generated inputs, one repr per line.
+    """A test program that prints the first ``2 * cap`` generated inputs, one repr per line
+    (``parse_generated`` keeps ``cap`` of those that are usable).
 
     ``random`` is seeded so that a generator that draws numbers gives the same inputs on every
     run (and so the same resume fingerprint of its results).
     """
     return (f"import random as _random\n_random.seed(0)\n{source}\n"
-            f"for _args in list({GENERATOR}())[:{int(cap)}]:\n"
+            f"for _args in list({GENERATOR}())[:{2 * int(cap)}]:\n"
             f"    print({MARK!r} + repr(_args)[:{_MAX_REPR}])\n"
             "assert True")
 

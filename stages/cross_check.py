@@ -50,7 +50,8 @@ def judge_augmented(row: dict, outcomes: Mapping[str, Outcome]) -> Agreement:
 
 
 def judge_written(rows: Sequence[dict], models: Sequence[str], passes: Sequence[Sequence[bool]],
-                  agreed: Mapping[str, str], seed: int, instruction_id: str) -> None:
+                  agreed: Mapping[str, str], seed: int, instruction_id: str,
+                  duplicates: Sequence[dict] = ()) -> None:
     """Mark ``survived, reason, trusted_by, split, passed_by, consensus`` on the written rows.
 
     Args:
@@ -58,10 +59,13 @@ def judge_written(rows: Sequence[dict], models: Sequence[str], passes: Sequence[
             ``expected`` set where the test has that shape, ``author`` on each).
         models: the candidates' models; ``passes[c][t]``: candidate ``c`` passed test ``t``.
         agreed: normalised call -> the value a majority returned (assertable augmented inputs).
+        duplicates: rows whose text repeats an earlier test: not run, but another author
+            writing the same test is that author's agreement.
     """
     trust = dual_agreement(passes, n_tests=len(rows))
     consensus = [models[c] for c in trust.consensus]
-    by_authors = author_agreement([(r["author"], r["call"], r["expected"]) for r in rows])
+    by_authors = author_agreement([(r["author"], r["call"], r["expected"])
+                                   for r in (*rows, *duplicates)])
     for t, row in enumerate(rows):
         row.update(consensus=consensus,
                    passed_by=[models[c] for c in range(len(models)) if passes[c][t]])

@@ -211,7 +211,9 @@ def _run_generators(pool: Any, rows: dict[str, list[dict]], cfg: TestGenConfig) 
         rs = rows[iid]
         entry = rs[0]["entry_point"]
         arities = call_arities([r["test_code"] for r in rs], entry)
-        seen = {r["call"] for r in rs if r["call"]}
+        # not deduplicated against written calls: an input a test also calls is the evidence
+        # that confirms or contradicts that test
+        seen: set[str] = set()
         for author, r in zip(authors, res if isinstance(res, list) else [None] * len(authors)):
             if r is None or not r.passed:
                 error = "skipped" if r is None else (r.error_name or r.error_type or r.status)
@@ -280,7 +282,8 @@ def _judge(iid: str, rs: list[dict], models: list[str], runs: list, seed: int,
     passes = [[r is not None and r.passed for r in run[0]] if run is not None
               else [False] * len(tests) for run in runs]
     if tests:
-        judge_written(tests, models, passes, agreed, seed, iid)
+        duplicates = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == DUPLICATE]
+        judge_written(tests, models, passes, agreed, seed, iid, duplicates)
     trusted = [r for r in rs if r["survived"]]
     written_ok = [t for t, r in enumerate(tests) if r["survived"]]
     aug_ok = [r for r in augmented if r["survived"]]
