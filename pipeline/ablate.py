@@ -158,7 +158,7 @@ def load_answers(run_dir: Path, source: str) -> tuple[pa.Table, str]:
     info = stage.success()
     if info is None:
         raise FileNotFoundError(f"{run_dir}: stage {source!r} is not complete (no "
-                                f"{stage.dir / '_SUCCESS'}); run the pipeline through {source}")
+                                f"{stage.dir}/_SUCCESS); run the pipeline through {source}")
     table = stage.read()
     content = info.get("output_hash") or table_hash(table)  # the runner records it; else hash
     return table, _fingerprint(source, info.get("fingerprint"), content)

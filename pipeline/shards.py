@@ -190,5 +190,4 @@ def execute_shard(spec: StageSpec, cfg: StageConfig, ctx: Any, index: int,
         "reasons": dict(Counter(dropped.column("reason").to_pylist())),
         "stats": {k: float(v) for k, v in result.stats.items()},
     }
-    store.write_shard(index, result.table, dropped, info)
-    return store.shard_done(index, input_hash) or info
+    return store.write_shard(index, result.table, dropped, info)

@@ -1,6 +1,8 @@
 """Crash-safe run directory: atomic Parquet shards, completion markers, a manifest.
 
-Layout of ``artifacts/runs/<name>/``::
+The run directory is a local path (an NFS mount is one) or any ``pyarrow.fs`` URI
+(``s3://bucket/runs/<name>``); every read, write, listing and removal in it goes through this
+module and ``pipeline.filesystem``. Layout of ``<artifacts_dir>/<name>/``::
 
     config.yaml              the resolved config
     manifest.json            config hash, code version, per-stage status/rows/timings
@@ -8,32 +10,40 @@ Layout of ``artifacts/runs/<name>/``::
     stages/<stage>/part-00003.dropped.parquet   its dropped rows (reason, detail, row JSON)
     stages/<stage>/part-00003.done.json     marker: row counts, checksums, input hash, timings
     stages/<stage>/_SUCCESS                 the stage is complete (holds its fingerprint)
-    stages/<stage>/stats.json               kept/dropped counts per reason, seconds
     stats.json, dropped.parquet             the whole run's funnel and dropped rows
-    cache/                                  request and embedding caches
+    engines.json                            where each model's replicas ran (Ray)
+    cache/requests/                         the request cache (``files`` store, or SQLite)
+    cache/embeddings/                       embedding caches (local run directories only)
     <stage artifacts>                       rate/, audit/, dataset/ ...
 
 A shard counts as done only when its marker exists and the checksums in it match the files, so
 a shard killed half-written (or truncated later) is recomputed, never read as data. The order
 is the one datatrove and Spark use: write to a temp name, fsync, rename, then write the marker
-the same way.
+the same way; on an object store each file is one whole upload instead (no temp names).
+
+What must be local stays local when the run directory is remote: ``cache_dir`` (embedding
+caches, a SQLite request cache) lives under ``runner.local_cache_dir`` or
+``$ARENAFORGE_CACHE``/the user cache dir (``runs/<name>-<hash of the URI>``); model weights and
+sandbox scratch never live in the run directory.
 """
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
-import os
-import tempfile
+import posixpath
 import time
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.fs as pafs
 import pyarrow.parquet as pq
 
 from pipeline import __version__
+from pipeline import filesystem as fsys
 
 SUCCESS = "_SUCCESS"
 
@@ -42,58 +52,32 @@ class StoreError(RuntimeError):
     """A run directory that cannot be used as asked (wrong config, corrupt data)."""
 
 
+# -- local helpers (local caches outside the run directory use them too) ---------------------
 def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
+    return fsys.sha256(fsys.LOCAL, str(path))
 
 
 def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` so that readers see the old file or the whole new one."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except OSError as exc:
-        Path(tmp).unlink(missing_ok=True)
-        if exc.filename is None:  # write() errors (ENOSPC, EIO) do not say which file
-            raise OSError(exc.errno, exc.strerror, str(path)) from exc
-        raise
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-    _fsync_dir(path.parent)
+    """Write ``data`` to a local ``path`` so that readers see the old file or the whole new one."""
+    fsys.write_bytes(fsys.LOCAL, str(path), data)
+
+
+def table_bytes(table: pa.Table) -> bytes:
+    sink = pa.BufferOutputStream()
+    pq.write_table(table, sink, compression="zstd")
+    return sink.getvalue().to_pybytes()
 
 
 def atomic_write_table(path: Path, table: pa.Table) -> None:
-    sink = pa.BufferOutputStream()
-    pq.write_table(table, sink, compression="zstd")
-    atomic_write_bytes(path, sink.getvalue().to_pybytes())
+    atomic_write_bytes(path, table_bytes(table))
 
 
 def atomic_write_json(path: Path, obj: Any) -> None:
-    atomic_write_bytes(path, (json.dumps(obj, indent=2, sort_keys=True, default=str) + "\n").encode())
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+    atomic_write_bytes(path, fsys.json_bytes(obj))
 
 
 def read_json(path: Path) -> Any | None:
-    try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
+    return fsys.read_json(fsys.LOCAL, str(path))
 
 
 def table_hash(table: pa.Table, key: str | None = None) -> str:
@@ -111,117 +95,172 @@ def table_hash(table: pa.Table, key: str | None = None) -> str:
     return h.hexdigest()[:16]
 
 
-def _with_columns(paths: list[Path], columns: list[str]) -> list[Path]:
-    """The shard files to read ``columns`` from: a shard whose rows were all dropped may have no
-    columns at all, and holds no row to read."""
-    return [p for p in paths if pq.read_metadata(p).num_rows
-            or set(columns) <= set(pq.read_schema(p).names)]
+def _has_rows_or_columns(buf: pa.Buffer, columns: list[str] | None) -> bool:
+    """Whether to read ``columns`` from a shard file: a shard whose rows were all dropped may
+    have no columns at all, and holds no row to read."""
+    if columns is None:
+        return True
+    reader = pa.BufferReader(buf)
+    return bool(pq.read_metadata(reader).num_rows) or set(columns) <= set(
+        pq.read_schema(pa.BufferReader(buf)).names)
 
 
 class StageStore:
-    """The shards of one stage."""
+    """The shards of one stage. Paths it returns are paths of the run's filesystem."""
 
-    def __init__(self, root: Path, stage: str):
+    def __init__(self, root: fsys.Dir | Path | str, stage: str):
+        if not isinstance(root, fsys.Dir):  # a run directory's path or URI
+            root = RunStore(root)._dir
         self.stage = stage
-        self.dir = root / "stages" / stage
+        self.fs = root.fs
+        self.dir = root.file(posixpath.join("stages", stage))
+        self._root = root
 
-    def shard_path(self, i: int) -> Path:
-        return self.dir / f"part-{i:05d}.parquet"
+    def shard_path(self, i: int) -> str:
+        return self._root.file(f"stages/{self.stage}/part-{i:05d}.parquet")
 
-    def dropped_path(self, i: int) -> Path:
-        return self.dir / f"part-{i:05d}.dropped.parquet"
+    def dropped_path(self, i: int) -> str:
+        return self._root.file(f"stages/{self.stage}/part-{i:05d}.dropped.parquet")
 
-    def marker_path(self, i: int) -> Path:
-        return self.dir / f"part-{i:05d}.done.json"
+    def marker_path(self, i: int) -> str:
+        return self._root.file(f"stages/{self.stage}/part-{i:05d}.done.json")
 
-    def write_shard(self, i: int, kept: pa.Table, dropped: pa.Table, info: dict[str, Any]) -> None:
-        """Write a shard's data, then its marker: the marker is the commit point."""
-        self.dir.mkdir(parents=True, exist_ok=True)
-        atomic_write_table(self.shard_path(i), kept)
-        atomic_write_table(self.dropped_path(i), dropped)
+    def _names(self, pattern: str) -> list[str]:
+        return self._root.names(pattern, f"stages/{self.stage}")
+
+    def write_shard(self, i: int, kept: pa.Table, dropped: pa.Table,
+                    info: dict[str, Any]) -> dict[str, Any]:
+        """Write a shard's data, then its marker: the marker is the commit point. Returns the
+        marker (checksums of the bytes written: no read-back, which on S3 is three GETs)."""
+        fsys.make_dir(self.fs, self.dir)
+        kept_bytes, dropped_bytes = table_bytes(kept), table_bytes(dropped)
+        fsys.write_bytes(self.fs, self.shard_path(i), kept_bytes)
+        fsys.write_bytes(self.fs, self.dropped_path(i), dropped_bytes)
         marker = dict(info, rows=kept.num_rows, dropped=dropped.num_rows,
-                      sha256=file_sha256(self.shard_path(i)),
-                      dropped_sha256=file_sha256(self.dropped_path(i)), written_at=time.time())
-        atomic_write_json(self.marker_path(i), marker)
+                      sha256=hashlib.sha256(kept_bytes).hexdigest(),
+                      dropped_sha256=hashlib.sha256(dropped_bytes).hexdigest(),
+                      written_at=time.time())
+        self._root.write_json(self.marker_path(i), marker)
+        return marker
+
+    def _file_problem(self, path: str, expected: str | None) -> str | None:
+        try:  # one read (one GET on S3), no existence check before it
+            digest = fsys.sha256(self.fs, path)
+        except (FileNotFoundError, IsADirectoryError):
+            return f"{self._root.show(path)}: missing"
+        if digest != expected:
+            return f"{self._root.show(path)}: checksum mismatch (truncated or modified)"
+        return None
 
     def shard_done(self, i: int, input_hash: str) -> dict[str, Any] | None:
         """The marker of a complete, intact shard made from this input, else None."""
-        marker = read_json(self.marker_path(i))
+        marker = self._root.read_json(self.marker_path(i))
         if not marker or marker.get("input_hash") != input_hash:
             return None
         for path, key in ((self.shard_path(i), "sha256"), (self.dropped_path(i), "dropped_sha256")):
-            if not path.is_file() or file_sha256(path) != marker.get(key):
+            if self._file_problem(path, marker.get(key)) is not None:
                 return None
         return marker
 
     def markers(self) -> list[dict[str, Any]]:
-        return [m for p in sorted(self.dir.glob("part-*.done.json")) if (m := read_json(p))]
+        return [m for name in self._names("part-*.done.json")
+                if (m := self._root.read_json(self._root.file(f"stages/{self.stage}/{name}")))]
 
     def read_dropped_detail(self) -> str | None:
         """The first ``detail`` among this stage's dropped rows (for error messages)."""
-        for path in sorted(self.dir.glob("part-*.dropped.parquet")):
-            details = [d for d in pq.read_table(path, columns=["detail"]).column(0).to_pylist() if d]
+        for name in self._names("part-*.dropped.parquet"):
+            data = fsys.read_bytes(self.fs, self._root.file(f"stages/{self.stage}/{name}"))
+            if data is None:
+                continue
+            column = pq.read_table(pa.BufferReader(data), columns=["detail"]).column(0)
+            details = [d for d in column.to_pylist() if d]
             if details:
                 return details[0]
         return None
 
     def mark_success(self, info: dict[str, Any]) -> None:
-        atomic_write_json(self.dir / SUCCESS, info)
+        self._root.write_json(self._root.file(f"stages/{self.stage}/{SUCCESS}"), info)
 
     def success(self) -> dict[str, Any] | None:
-        return read_json(self.dir / SUCCESS)
+        return self._root.read_json(self._root.file(f"stages/{self.stage}/{SUCCESS}"))
 
     def clear_success(self) -> None:
-        (self.dir / SUCCESS).unlink(missing_ok=True)
+        fsys.delete_file(self.fs, self._root.file(f"stages/{self.stage}/{SUCCESS}"))
 
     def verify(self, parts: Iterable[int] | None = None) -> list[str]:
         """Problems with a complete stage's files (empty when intact); ``parts``: only those
-        shards (a worker checks what it reads, not the whole stage)."""
+        shards (a worker checks what it reads, not the whole stage). Streams the checksums."""
         info = self.success()
         if info is None:
             return [f"{self.stage}: not complete"]
         problems = []
         for i in (range(info["shards"]) if parts is None else parts):
-            marker = read_json(self.marker_path(i))
+            marker = self._root.read_json(self.marker_path(i))
             if marker is None:
-                problems.append(f"{self.marker_path(i)}: marker missing")
+                problems.append(f"{self._root.show(self.marker_path(i))}: marker missing")
                 continue
-            for path, key in ((self.shard_path(i), "sha256"), (self.dropped_path(i), "dropped_sha256")):
-                if not path.is_file():
-                    problems.append(f"{path}: missing")
-                elif file_sha256(path) != marker.get(key):
-                    problems.append(f"{path}: checksum mismatch (truncated or modified)")
+            for path, key in ((self.shard_path(i), "sha256"),
+                              (self.dropped_path(i), "dropped_sha256")):
+                if (problem := self._file_problem(path, marker.get(key))) is not None:
+                    problems.append(problem)
         return problems
+
+    def _verified(self, indices: Iterable[int], which: str = "kept") -> list[pa.Buffer]:
+        """The bytes of shard files, each read once and checked against its marker.
+
+        Raises:
+            StoreError: the stage is not complete, or a file is missing or altered (all such
+                problems listed).
+        """
+        if self.success() is None:
+            raise StoreError(f"cannot read stage output:\n  {self.stage}: not complete")
+        buffers, problems = [], []
+        key = "sha256" if which == "kept" else "dropped_sha256"
+        for i in indices:
+            marker = self._root.read_json(self.marker_path(i))
+            path = self.shard_path(i) if which == "kept" else self.dropped_path(i)
+            if marker is None:
+                problems.append(f"{self._root.show(self.marker_path(i))}: marker missing")
+                continue
+            data = fsys.read_bytes(self.fs, path)
+            if data is None:
+                problems.append(f"{self._root.show(path)}: missing")
+            elif hashlib.sha256(data).hexdigest() != marker.get(key):
+                problems.append(f"{self._root.show(path)}: checksum mismatch (truncated or "
+                                "modified)")
+            else:
+                buffers.append(pa.py_buffer(data))
+        if problems:
+            raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
+        return buffers
 
     def remove_stale(self, keep: int) -> None:
         """Drop temp files of killed writers and shards numbered >= keep (an earlier plan's)."""
-        for p in self.dir.glob(".*.tmp"):
-            p.unlink(missing_ok=True)
-        for p in self.dir.glob("part-*"):
+        for name in self._names(".*.tmp"):
+            fsys.delete_file(self.fs, self._root.file(f"stages/{self.stage}/{name}"))
+        for name in self._names("part-*"):
             try:
-                n = int(p.name[5:10])
+                n = int(name[5:10])
             except ValueError:
                 continue
             if n >= keep:
-                p.unlink(missing_ok=True)
+                fsys.delete_file(self.fs, self._root.file(f"stages/{self.stage}/{name}"))
 
     def schema(self) -> pa.Schema | None:
         """The columns of a complete stage's output (from its first shard), without reading it."""
         info = self.success()
-        if info is None or not info.get("shards") or not self.shard_path(0).is_file():
+        if info is None or not info.get("shards") or not fsys.is_file(self.fs, self.shard_path(0)):
             return None
-        return pq.read_schema(self.shard_path(0))
+        return pq.read_schema(self.shard_path(0), filesystem=self.fs)
 
     def key_parts(self, key: str) -> list[tuple[int, list]]:
         """``(shard index, its key values)`` per shard that kept rows (checksums verified)."""
-        problems = self.verify()
-        if problems:
-            raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
+        indices = list(range(self.success()["shards"])) if self.success() else []
         out = []
-        for i in range(self.success()["shards"]):
-            path = self.shard_path(i)
-            if pq.read_metadata(path).num_rows:
-                out.append((i, pq.read_table(path, columns=[key]).column(0).to_pylist()))
+        for i, buf in zip(indices, self._verified(indices)):
+            if pq.read_metadata(pa.BufferReader(buf)).num_rows:
+                out.append((i, pq.read_table(pa.BufferReader(buf), columns=[key])
+                            .column(0).to_pylist()))
         return out
 
     def read_where(self, key: str, values: Iterable[str],
@@ -234,89 +273,134 @@ class StageStore:
         """
         import pyarrow.compute as pc
 
-        indices = list(range(self.success()["shards"])) if parts is None else list(parts)
-        problems = self.verify(indices)
-        if problems:
-            raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
+        info = self.success() or {}
+        indices = list(range(info.get("shards", 0))) if parts is None else list(parts)
         wanted = pc.field(key).isin(pa.array(list(values), pa.string()))
-        paths = _with_columns([self.shard_path(i) for i in indices], [key])
-        tables = [pq.read_table(p, filters=wanted) for p in paths]
+        tables = [pq.read_table(pa.BufferReader(buf), filters=wanted)
+                  for buf in self._verified(indices) if _has_rows_or_columns(buf, [key])]
         return pa.concat_tables(tables, promote_options="permissive") if tables else pa.table({})
 
     def read(self, which: str = "kept", columns: Iterable[str] | None = None) -> pa.Table:
         """All shards of a complete stage, in shard order, checksums verified."""
-        problems = self.verify()
-        if problems:
-            raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
-        n = self.success()["shards"]
-        paths = [self.shard_path(i) if which == "kept" else self.dropped_path(i) for i in range(n)]
-        if columns is not None:
-            columns = list(columns)
-            paths = _with_columns(paths, columns)
-        tables = [pq.read_table(p, columns=columns) for p in paths]
+        info = self.success() or {}
+        columns = list(columns) if columns is not None else None
+        tables = [pq.read_table(pa.BufferReader(buf), columns=columns)
+                  for buf in self._verified(range(info.get("shards", 0)), which)
+                  if _has_rows_or_columns(buf, columns)]
         if not tables:
             return pa.table({})
         return pa.concat_tables(tables, promote_options="permissive")
 
 
 class RunStore:
-    """A run directory; refuses to mix outputs of different configs."""
+    """A run directory; refuses to mix outputs of different configs.
 
-    def __init__(self, root: Path):
-        self.root = Path(root)
+    Args:
+        root: a local path or a ``pyarrow.fs`` URI (``s3://bucket/runs/r1``).
+        local_cache_dir: where ``cache_dir`` puts local caches when ``root`` is remote
+            (default: ``$ARENAFORGE_CACHE`` or the user cache dir, ``runs/<name>-<hash>``).
+    """
+
+    def __init__(self, root: str | Path, local_cache_dir: str | Path | None = None):
+        self.remote = fsys.is_uri(root)
+        # the run directory as the user named it: a Path when local, the URI string otherwise
+        self.root: Path | str = str(root) if self.remote else Path(root)
+        self.fs, self.path = fsys.resolve(root)
+        self._dir = fsys.Dir(self.fs, self.path, fsys.display(root))
+        self.local_cache_dir = Path(local_cache_dir) if local_cache_dir else None
 
     @property
-    def manifest_path(self) -> Path:
-        return self.root / "manifest.json"
+    def name(self) -> str:
+        """The run's name: the last part of its directory."""
+        return fsys.split(self.root)[1]
+
+    @property
+    def location(self) -> str:
+        """The run directory for messages (a URI without its query options)."""
+        return self._dir.shown
+
+    @property
+    def manifest_path(self) -> str:
+        return self._dir.file("manifest.json")
 
     def stage(self, name: str) -> StageStore:
-        return StageStore(self.root, name)
+        return StageStore(self._dir, name)
 
     def manifest(self) -> dict[str, Any]:
-        return read_json(self.manifest_path) or {}
+        return self._dir.read_json(self.manifest_path) or {}
 
     def open(self, config_hash: str, config_yaml: str, fresh: bool = False) -> None:
         """Create the run directory, or check that an existing one was made by this config."""
         existing = self.manifest()
         if existing and not fresh and existing.get("config_hash") != config_hash:
             raise StoreError(
-                f"{self.root} was made by a different config (hash {existing.get('config_hash')}, "
-                f"now {config_hash}). Use --fresh to discard it, or choose another --name.")
-        if fresh and self.root.exists():
-            import shutil
-
-            shutil.rmtree(self.root)
+                f"{self.location} was made by a different config (hash "
+                f"{existing.get('config_hash')}, now {config_hash}). Use --fresh to discard it, "
+                "or choose another --name.")
+        if fresh:
+            fsys.delete_dir(self.fs, self.path)
             existing = {}
-        self.root.mkdir(parents=True, exist_ok=True)
-        for stale in self.root.glob(".*.tmp"):  # left by a writer killed mid-write
-            stale.unlink(missing_ok=True)
-        atomic_write_bytes(self.root / "config.yaml", config_yaml.encode())
+        fsys.make_dir(self.fs, self.path)
+        for stale in self._dir.names(".*.tmp"):  # left by a writer killed mid-write
+            fsys.delete_file(self.fs, self._dir.file(stale))
+        fsys.write_bytes(self.fs, self._dir.file("config.yaml"), config_yaml.encode())
         if not existing:
             existing = {"config_hash": config_hash, "code_version": __version__,
                         "created": time.time(), "stages": {}}
         existing["code_version"] = __version__
-        atomic_write_json(self.manifest_path, existing)
+        self._dir.write_json(self.manifest_path, existing)
 
     def update_stage(self, name: str, info: dict[str, Any]) -> None:
         manifest = self.manifest()
         manifest.setdefault("stages", {})[name] = info
-        atomic_write_json(self.manifest_path, manifest)
+        self._dir.write_json(self.manifest_path, manifest)
 
     def cache_dir(self, name: str) -> Path:
-        """The directory of one cache (``requests``, ``embeddings/<model>``), created."""
-        path = self.root / "cache" / name
-        if not path.resolve().is_relative_to((self.root / "cache").resolve()):
+        """A local directory for one cache (``embeddings/<model>``), created.
+
+        In the run directory when it is local; when it is remote, under the local cache root
+        (the class docstring): these caches are read by local code (SQLite, glob of Parquet
+        parts), and losing one only costs recomputation.
+        """
+        if self.remote:
+            digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
+            from pipeline.models.weights import cache_root
+
+            base = (self.local_cache_dir or cache_root() / "runs") / f"{self.name}-{digest}"
+        else:
+            base = self.root / "cache"
+        path = base / name
+        if not path.resolve().is_relative_to(base.resolve()):
             raise StoreError(f"cache name {name!r} leaves the cache directory")
         path.mkdir(parents=True, exist_ok=True)
         return path
 
+    def request_cache(self, store: str) -> tuple[Path | str, str]:
+        """``(location, store)`` of the request cache for ``runner.request_cache_store``.
+
+        ``auto``: SQLite in a local run directory, ``files`` in a remote one. The ``files``
+        store lives in the run directory on any filesystem (every node of a cluster shares it);
+        SQLite needs a local disk and file locks, so it is refused for a remote run directory.
+
+        Raises:
+            StoreError: ``sqlite`` asked for a remote run directory.
+        """
+        if store == "auto":
+            store = "files" if self.remote else "sqlite"
+        if store == "sqlite" and self.remote:
+            raise StoreError(f"runner.request_cache_store: sqlite needs a local run directory; "
+                             f"{self.location} is remote: use files (or auto)")
+        if store == "files":
+            return fsys.join(self.root, "cache", "requests"), store
+        return self.cache_dir("requests"), store
+
     def completed(self) -> dict[str, dict[str, Any]]:
         """``{stage: its _SUCCESS record}`` of every complete stage in the run directory."""
         out = {}
-        for path in sorted((self.root / "stages").glob(f"*/{SUCCESS}")):
-            record = read_json(path)
+        for name in self._dir.names("*", "stages"):
+            record = self._dir.read_json(self._dir.file(f"stages/{name}/{SUCCESS}"))
             if record is not None:
-                out[path.parent.name] = record
+                out[name] = record
         return out
 
     def funnel(self, order: list[str] | None = None) -> Any:
@@ -325,58 +409,61 @@ class RunStore:
 
         return Funnel.from_records(self.completed(), order)
 
-    def _artifact_path(self, relpath: str) -> Path:
-        path = self.root / relpath
-        if not path.resolve().is_relative_to(self.root.resolve()):
+    def _artifact_path(self, relpath: str) -> str:
+        norm = posixpath.normpath(relpath)
+        if posixpath.isabs(norm) or norm == ".." or norm.startswith("../"):
             raise StoreError(f"artifact path {relpath!r} leaves the run directory")
-        return path
+        return self._dir.file(norm)
+
+    def artifact_location(self, relpath: str) -> Path | str:
+        """Where an artifact lives, as the run directory was named (a Path or a URI)."""
+        self._artifact_path(relpath)
+        return fsys.join(self.root, *posixpath.normpath(relpath).split("/"))
+
+    def has_artifact(self, relpath: str) -> bool:
+        return fsys.is_file(self.fs, self._artifact_path(relpath))
 
     def read_artifact(self, relpath: str) -> bytes | None:
         """A side artifact's bytes, or None when it was never written."""
-        path = self._artifact_path(relpath)
-        return path.read_bytes() if path.is_file() else None
+        return fsys.read_bytes(self.fs, self._artifact_path(relpath))
 
     def remove_artifacts(self, folder: str, pattern: str, keep: Iterable[str]) -> list[str]:
         """Delete files matching ``pattern`` in artifact ``folder`` whose names are not in
         ``keep`` (a rerun that writes fewer dataset shards must not leave the old ones)."""
         keep = set(keep)
+        directory = self._artifact_path(folder)
         removed = []
-        for path in sorted(self._artifact_path(folder).glob(pattern)):
-            if path.name not in keep and path.is_file():
-                path.unlink()
-                removed.append(path.name)
+        for info in fsys.list_files(self.fs, directory):
+            if (info.type == pafs.FileType.File and info.base_name not in keep
+                    and fnmatch.fnmatchcase(info.base_name, pattern)):
+                fsys.delete_file(self.fs, info.path)
+                removed.append(info.base_name)
         return removed
 
-    def write_dropped_summary(self, stages: Iterable[str], schema: pa.Schema) -> Path:
+    def write_dropped_summary(self, stages: Iterable[str], schema: pa.Schema) -> Path | str:
         """``dropped.parquet``: every dropped row of ``stages``, streamed shard by shard (the
-        run's drops never sit in memory at once), written to a temp name, then renamed."""
-        path = self.root / "dropped.parquet"
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".dropped.", suffix=".tmp")
-        os.close(fd)
-        try:
-            with pq.ParquetWriter(tmp, schema, compression="zstd") as writer:
-                for name in stages:
-                    stage = self.stage(name)
-                    for i in range((stage.success() or {}).get("shards", 0)):
-                        # batch by batch: one unsharded stage's drops (emit's not_selected
-                        # rows carry each answer's JSON) reached 55 MB at 5k instructions
-                        source = pq.ParquetFile(stage.dropped_path(i))
-                        for batch in source.iter_batches(batch_size=4096,
-                                                         columns=schema.names):
+        run's drops never sit in memory at once) into a local temp file, then renamed into
+        place (local) or uploaded whole (object store)."""
+        target = self._dir.file("dropped.parquet")
+        with (fsys.write_via_local_file(self.fs, target) as tmp,
+              pq.ParquetWriter(tmp, schema, compression="zstd") as writer):
+            for name in stages:
+                stage = self.stage(name)
+                for i in range((stage.success() or {}).get("shards", 0)):
+                    # batch by batch: one unsharded stage's drops (emit's not_selected
+                    # rows carry each answer's JSON) reached 55 MB at 5k instructions
+                    with self.fs.open_input_file(stage.dropped_path(i)) as f:
+                        for batch in pq.ParquetFile(f).iter_batches(batch_size=4096,
+                                                                    columns=schema.names):
                             writer.write_table(pa.Table.from_batches([batch]).cast(schema))
-            with open(tmp, "rb") as f:
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
-        _fsync_dir(self.root)
-        return path
+        return self.artifact_location("dropped.parquet")
 
-    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
+    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path | str:
+        """Atomically write a side artifact; returns where it lives (a Path or a URI)."""
         path = self._artifact_path(relpath)
         if isinstance(data, pa.Table):
-            atomic_write_table(path, data)
-        else:
-            atomic_write_bytes(path, data.encode() if isinstance(data, str) else data)
-        return path
+            data = table_bytes(data)
+        elif isinstance(data, str):
+            data = data.encode()
+        fsys.write_bytes(self.fs, path, data)
+        return self.artifact_location(relpath)

@@ -7,6 +7,8 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from tests.s3_server import s3_server  # noqa: F401 - a moto S3 server, once per session
+
 
 @pytest.fixture(scope="session")
 def ray_local():
