@@ -61,6 +61,9 @@ def _main(verbose: Annotated[bool, typer.Option("--verbose", "-v", help="Debug l
 def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAULT_CONFIG,
         set_: SetOpt = None,
         name: Annotated[str | None, typer.Option(help="Run name (directory).")] = None,
+        run_dir: Annotated[str | None, typer.Option(
+            help="Run directory, a path or a URI (s3://bucket/runs/NAME?endpoint_override=...); "
+                 "sets artifacts_dir and name.")] = None,
         fresh: Annotated[bool, typer.Option(help="Discard an existing run directory.")] = False,
         runner: Annotated[str | None, typer.Option(help="ray | inline")] = None,
         ray_address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
@@ -77,6 +80,16 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
 
     overrides = list(set_ or [])
     overrides += [f"name={name}"] if name else []
+    if run_dir:
+        from pipeline.filesystem import split
+
+        if name:
+            _fail("--run-dir names the run already; drop --name")
+        try:
+            parent, run_name = split(run_dir)
+        except ValueError as exc:
+            _fail(str(exc))
+        overrides += [f"artifacts_dir={parent}", f"name={run_name}"]
     overrides += [f"runner.kind={runner}"] if runner else []
     overrides += [f"runner.ray_address={ray_address}"] if ray_address else []
     cfg = _load_checked(config, overrides)
@@ -94,7 +107,9 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
             raise
         # A model, server or sandbox that cannot serve: say which, keep what was written.
         _fail(f"{type(exc).__name__}: {exc} (completed shards are kept; rerun to resume)", 1)
-    console.print(f"run directory: {result.run_dir}")
+    from pipeline.filesystem import display
+
+    console.print(f"run directory: {display(result.run_dir)}")
 
 
 @config_app.command("validate")
@@ -117,7 +132,8 @@ JsonOpt = Annotated[bool, typer.Option("--json", help="Print JSON to stdout inst
 
 
 @app.command()
-def inspect(run_dir: Path, stage: Annotated[str | None, typer.Argument()] = None,
+def inspect(run_dir: Annotated[str, typer.Argument(help="Run directory: a path or a URI.")],
+            stage: Annotated[str | None, typer.Argument()] = None,
             rows: Annotated[int, typer.Option(help="Sample rows to show.")] = 3,
             json_: JsonOpt = False) -> None:
     """Show a run's funnel and leaderboard, or one stage's schema, counts and sample rows."""
@@ -184,7 +200,8 @@ def models(registry: Annotated[Path, typer.Option(help="Model registry.")] = DEF
 
 
 @app.command()
-def report(run_dir: Path) -> None:
+def report(run_dir: Annotated[str, typer.Argument(help="Run directory: a path or a URI.")]
+           ) -> None:
     """(Re)build audit/report.html for a run directory."""
     from pipeline.report import build_report
 

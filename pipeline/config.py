@@ -57,9 +57,13 @@ class RunnerConfig(_Strict):
     threads_per_worker: int | None = Field(
         default=None, ge=1, description="llama.cpp threads per worker (default: cores / workers).")
     request_cache: bool = Field(default=True, description="Cache model requests in the run dir.")
-    request_cache_store: Literal["sqlite", "files"] = Field(
-        default="sqlite", description="sqlite: one machine; files: one file per request, for "
-        "several nodes writing to a shared run directory (NFS), where SQLite locks are unsafe.")
+    request_cache_store: Literal["auto", "sqlite", "files"] = Field(
+        default="auto", description="sqlite: one machine; files: one file per request, for "
+        "several nodes writing to a shared run directory (NFS, s3://), where SQLite locks are "
+        "unsafe; auto: sqlite for a local run directory, files for a remote (URI) one.")
+    local_cache_dir: Path | None = Field(
+        default=None, description="Local caches (embeddings) of a remote run directory; "
+        "default: $ARENAFORGE_CACHE or the user cache dir, runs/<name>-<hash>.")
 
 
 class _RunBase(_Strict):
@@ -71,8 +75,9 @@ class _RunBase(_Strict):
     judges: list[str] | None = Field(default=None, description="Judge ids; default: experts.")
     stages: list[str] = Field(default_factory=lambda: list(PIPELINE),
                               description="Stages to run, in pipeline order.")
-    artifacts_dir: Path = Field(default=Path("artifacts/runs"),
-                                description="Parent of run directories; relative to the cwd.")
+    artifacts_dir: str = Field(
+        default="artifacts/runs", description="Parent of run directories: a path (relative to "
+        "the cwd) or a pyarrow filesystem URI such as s3://bucket/runs.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
 
@@ -86,6 +91,11 @@ class _RunBase(_Strict):
         if order != sorted(order) or len(set(order)) != len(order):
             raise ValueError(f"stages must be unique and in pipeline order {list(PIPELINE)}")
         return stages
+
+    @field_validator("artifacts_dir", mode="before")
+    @classmethod
+    def _artifacts_dir_text(cls, value: Any) -> Any:
+        return str(value) if isinstance(value, Path) else value
 
     @field_validator("experts")
     @classmethod

@@ -3,6 +3,10 @@
 A context is small and picklable so a Ray task can receive it; the heavy things it hands out
 (loaded models, the sandbox pool) live in per-process caches, so a Ray worker that runs many
 shards loads each model once, like an actor would.
+
+``run_dir`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/runs/r1``): every read and
+write in it goes through ``pipeline.store.RunStore``. ``cache_dir`` is always local (see
+``RunStore.cache_dir``); the request cache follows ``runner.request_cache_store``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.backends.base import LogprobUnsupportedError
+from pipeline.filesystem import is_uri
 from pipeline.store import RunStore
 
 _BACKENDS: dict[tuple, Any] = {}
@@ -79,9 +84,10 @@ class RunContext:
     reads the spec declares, so an undeclared read fails in the first test, not on a cluster.
     """
 
-    def __init__(self, run_dir: Path, config: Any, threads: int | None = None,
+    def __init__(self, run_dir: Path | str, config: Any, threads: int | None = None,
                  stage: Any = None, engines: Any = None):
-        self.run_dir = Path(run_dir)
+        # a Path when local, the URI string when remote (Path("s3://b") would drop a slash)
+        self.run_dir = run_dir if is_uri(run_dir) else Path(run_dir)
         self.config = config
         self.seed = config.seed
         self.threads = threads or max(1, os.cpu_count() or 1)
@@ -105,15 +111,30 @@ class RunContext:
         return RunContext(self.run_dir, self.config, threads or self.threads, stage=spec,
                           engines=engines)
 
-    def request_cache_dir(self) -> Path | None:
-        return self.cache_dir("requests") if self.config.runner.request_cache else None
+    def store(self) -> RunStore:
+        """The run directory's store (local caches under ``runner.local_cache_dir`` if set)."""
+        return RunStore(self.run_dir, getattr(self.config.runner, "local_cache_dir", None))
+
+    def _request_cache(self) -> tuple[Path | str, str] | None:
+        if not self.config.runner.request_cache:
+            return None
+        return self.store().request_cache(getattr(self.config.runner, "request_cache_store",
+                                                  "auto"))
+
+    def request_cache_dir(self) -> Path | str | None:
+        """Where the request cache lives: a local directory, or a URI in a remote run
+        directory (the ``files`` store); None when caching is off."""
+        cache = self._request_cache()
+        return cache[0] if cache else None
 
     def request_cache_store(self) -> str:
-        return getattr(self.config.runner, "request_cache_store", "sqlite")
+        """``sqlite`` or ``files`` (``auto`` resolved against the run directory)."""
+        cache = self._request_cache()
+        return cache[1] if cache else "sqlite"
 
     @property
     def run_id(self) -> str:
-        return self.run_dir.name
+        return RunStore(self.run_dir).name
 
     def config_hash(self) -> str | None:
         """The run config's hash (what a dataset row records as its provenance)."""
@@ -196,12 +217,13 @@ class RunContext:
     def read(self, stage: str, columns: Sequence[str] | None = None,
              instruction_ids: Sequence[str] | None = None) -> pa.Table:
         columns = self._declared_columns(stage, columns)
-        store = RunStore(self.run_dir).stage(stage)
+        store = self.store().stage(stage)
         info = store.success()
         if info is None:
             if self.stage is not None and stage in self.stage.optional:
-                raise KeyError(f"optional stage {stage!r} did not run in {self.run_dir}")
-            raise RuntimeError(f"stage {stage!r} has not completed in {self.run_dir}")
+                raise KeyError(f"optional stage {stage!r} did not run in "
+                               f"{self.store().location}")
+            raise RuntimeError(f"stage {stage!r} has not completed in {self.store().location}")
         key = (str(store.dir), info.get("fingerprint"))
         with _LOCK:
             table = _TABLES.get(key)
@@ -224,20 +246,20 @@ class RunContext:
             raise UndeclaredReadError(
                 f"stage {self.stage.name!r} reads artifact {relpath!r} without declaring it "
                 f"(StageSpec.artifacts has {list(self.stage.artifacts)})")
-        return RunStore(self.run_dir).read_artifact(relpath)
+        return self.store().read_artifact(relpath)
 
     def funnel(self) -> Any:
-        return RunStore(self.run_dir).funnel()
+        return self.store().funnel()
 
     def remove_artifacts(self, folder: str, pattern: str, keep: Sequence[str]) -> list[str]:
-        return RunStore(self.run_dir).remove_artifacts(folder, pattern, keep)
+        return self.store().remove_artifacts(folder, pattern, keep)
 
-    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
-        return RunStore(self.run_dir).write_artifact(relpath, data)
+    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path | str:
+        return self.store().write_artifact(relpath, data)
 
     def cache_dir(self, name: str) -> Path:
-        """A cache directory of this run (the store owns where it lives)."""
-        return RunStore(self.run_dir).cache_dir(name)
+        """A local cache directory of this run (the store owns where it lives)."""
+        return self.store().cache_dir(name)
 
     def advance(self, rows: int) -> None:
         self.progress_rows += rows

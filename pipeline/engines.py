@@ -88,7 +88,7 @@ class EngineActor:
                        "distributed_executor_backend": "ray"}
         start = time.perf_counter()
         self.backend = create_backend(spec, n_threads=threads,
-                                      cache_dir=Path(cache_dir) if cache_dir else None,
+                                      cache_dir=cache_dir,  # a path or a run-dir URI
                                       cache_store=cache_store, **options)
         self.info = {"model_id": spec.id, "pid": os.getpid(), "node_id": _node_id(),
                      "load_seconds": time.perf_counter() - start, "gpu_ids": _gpu_ids(),

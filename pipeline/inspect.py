@@ -1,7 +1,9 @@
 """``arenaforge inspect``: a run's funnel and leaderboard, or one stage's schema and rows.
 
 Printed to stdout: tables at the terminal's width (ids and numbers whole, the rest folded,
-low-value columns dropped when narrow), full rows when piped, or JSON with ``as_json``.
+low-value columns dropped when narrow), full rows when piped, or JSON with ``as_json``. The run
+directory is a local path or a URI (``s3://bucket/runs/r1``); everything is read through the
+store.
 """
 
 from __future__ import annotations
@@ -13,14 +15,18 @@ from typing import Any
 
 from rich.json import JSON
 
+from pipeline.filesystem import display
 from pipeline.progress import Col, fit_table, funnel_table, stdout_console
 from pipeline.store import RunStore
+
+# artifacts of the rate and audit stages that the summary shows
+RATINGS, LEADERBOARD, REPORT = "rate/ratings.parquet", "rate/leaderboard.md", "audit/report.html"
 
 # A human view shortens string values longer than this (instructions, answers); --json does not.
 _SAMPLE_CHARS = 2000
 
 
-def inspect_run(run_dir: Path, stage: str | None = None, rows: int = 3,
+def inspect_run(run_dir: Path | str, stage: str | None = None, rows: int = 3,
                 as_json: bool = False) -> None:
     """Print what a run directory holds, as tables or (``as_json``) as one JSON document.
 
@@ -34,35 +40,40 @@ def inspect_run(run_dir: Path, stage: str | None = None, rows: int = 3,
         out.file.write(json.dumps(_jsonable(info), indent=2, default=str, ensure_ascii=False,
                                   allow_nan=False) + "\n")
     elif stage is None:
-        _print_summary(out, info)
+        board = RunStore(run_dir).read_artifact(LEADERBOARD) if info["leaderboard"] else None
+        _print_summary(out, info, board.decode("utf-8") if board is not None else None)
     else:
         _print_stage(out, info)
 
 
-def run_summary(run_dir: Path) -> dict[str, Any]:
+def run_summary(run_dir: Path | str) -> dict[str, Any]:
     """The manifest's facts: stages in pipeline order, ratings and report paths when present.
 
     Raises:
         FileNotFoundError: not a run directory.
     """
     store, manifest = _open(run_dir)
-    ratings_path = store.root / "rate" / "ratings.parquet"
-    ratings = None
-    if ratings_path.is_file():
+    ratings = store.read_artifact(RATINGS)
+    if ratings is not None:
+        import pyarrow as pa
         import pyarrow.parquet as pq
 
-        ratings = pq.read_table(ratings_path).to_pylist()
-    leaderboard = store.root / "rate" / "leaderboard.md"
-    report = store.root / "audit" / "report.html"
-    return {"run_dir": str(store.root), "config_hash": manifest.get("config_hash"),
+        ratings = pq.read_table(pa.BufferReader(ratings)).to_pylist()
+    present = {relpath for relpath in (LEADERBOARD, REPORT) if store.has_artifact(relpath)}
+    return {"run_dir": store.location, "config_hash": manifest.get("config_hash"),
             "code_version": manifest.get("code_version"),
             "stages": [{"stage": name, **info} for name, info in _in_pipeline_order(manifest)],
             "ratings": ratings,
-            "leaderboard": str(leaderboard) if leaderboard.is_file() else None,
-            "audit_report": str(report) if report.is_file() else None}
+            "leaderboard": _shown(store, LEADERBOARD) if LEADERBOARD in present else None,
+            "audit_report": _shown(store, REPORT) if REPORT in present else None}
 
 
-def stage_summary(run_dir: Path, stage: str, rows: int = 3) -> dict[str, Any]:
+def _shown(store: RunStore, relpath: str) -> str:
+    """An artifact's location for a reader: a local path, or a URI without its options."""
+    return display(store.artifact_location(relpath))
+
+
+def stage_summary(run_dir: Path | str, stage: str, rows: int = 3) -> dict[str, Any]:
     """One complete stage: row and shard counts, schema and the first ``rows`` rows.
 
     Raises:
@@ -74,7 +85,8 @@ def stage_summary(run_dir: Path, stage: str, rows: int = 3) -> dict[str, Any]:
     success = stage_store.success()
     if success is None:
         done = sorted(manifest.get("stages", {}))
-        raise KeyError(f"stage {stage!r} is not complete in {run_dir} (complete: {done})")
+        raise KeyError(f"stage {stage!r} is not complete in {store.location} "
+                       f"(complete: {done})")
     table = stage_store.read()
     return {"stage": stage, "rows": table.num_rows, "shards": success["shards"],
             "schema": [{"name": f.name, "type": str(f.type), "nullable": f.nullable}
@@ -82,23 +94,27 @@ def stage_summary(run_dir: Path, stage: str, rows: int = 3) -> dict[str, Any]:
             "sample": table.slice(0, rows).to_pylist()}
 
 
-def _open(run_dir: Path) -> tuple[RunStore, dict[str, Any]]:
+def _open(run_dir: Path | str) -> tuple[RunStore, dict[str, Any]]:
     store = RunStore(run_dir)
-    manifest = store.manifest()
+    try:
+        manifest = store.manifest()
+    except OSError as exc:  # an unreachable endpoint, a bucket that does not exist
+        raise FileNotFoundError(f"{store.location}: cannot read the run directory: {exc}") from None
     if not manifest:
-        raise FileNotFoundError(f"{run_dir}: no manifest.json, not an arenaforge run directory")
+        raise FileNotFoundError(f"{store.location}: no manifest.json, not an arenaforge run "
+                                "directory")
     return store, manifest
 
 
-def _print_summary(out, info: dict[str, Any]) -> None:
+def _print_summary(out, info: dict[str, Any], leaderboard: str | None) -> None:
     # free text is soft-wrapped: the terminal wraps it, no newline splits a path or an id
     out.print(f"run {info['run_dir']}  config {info['config_hash']}  "
               f"code {info['code_version']}", markup=False, soft_wrap=True)
     width = out.width
     if info["stages"]:
         out.print(funnel_table(info["stages"], width=width))
-    if info["leaderboard"]:
-        out.print(Path(info["leaderboard"]).read_text(), markup=False, soft_wrap=True)
+    if leaderboard:
+        out.print(leaderboard, markup=False, soft_wrap=True)
     if info["audit_report"]:
         out.print(f"audit report: {info['audit_report']}", markup=False, soft_wrap=True)
     out.print(fit_table([Col("stage", whole=True), Col("status", whole=True)],

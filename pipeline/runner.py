@@ -24,6 +24,7 @@ import pyarrow as pa
 from pipeline import fingerprint as fp
 from pipeline.context import RunContext
 from pipeline.executors import make_executor
+from pipeline.filesystem import join
 from pipeline.funnel import Funnel, StageCounts
 from pipeline.progress import Progress, render_funnel
 from pipeline.shards import DROPPED_SCHEMA, ShardRef
@@ -47,7 +48,7 @@ class ModelUnavailableError(ValueError):
 
 @dataclasses.dataclass
 class RunResult:
-    run_dir: Path
+    run_dir: Path | str  # a URI string when the run directory is remote
     funnel: Funnel
     seconds: float
 
@@ -339,8 +340,12 @@ def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
 def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> RunResult:
     """Run the configured stages of ``cfg`` into ``<artifacts_dir>/<name>/``.
 
+    ``artifacts_dir`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/runs``); see
+    ``pipeline.filesystem`` for where S3 options and credentials come from.
+
     Raises:
-        StoreError: the run directory was made by a different config (use ``fresh=True``).
+        StoreError: the run directory was made by a different config (use ``fresh=True``), or
+            a SQLite request cache was asked for a remote run directory.
         ContractChainError: the configured stages do not fit together.
         ModelUnavailableError: a model the stages use is not installed (nothing was written).
     """
@@ -350,8 +355,10 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
 
     start = time.perf_counter()
     specs = [get_stage(name) for name in cfg.stages]
-    run_dir = Path(cfg.artifacts_dir) / cfg.name
-    store = RunStore(run_dir)
+    run_dir = join(cfg.artifacts_dir, cfg.name)
+    store = RunStore(run_dir, cfg.runner.local_cache_dir)
+    if cfg.runner.request_cache:
+        store.request_cache(cfg.runner.request_cache_store)  # refuses SQLite on a remote store
     check_chain(specs, store.completed() if not fresh else {}, None if fresh else store)
     check_models_available(cfg, specs)
     store.open(cfg.config_hash(), dump_config(cfg), fresh=fresh)

@@ -1,6 +1,7 @@
 """A toy three-stage pipeline (no models) used by the runner tests and the kill/resume test.
 
-``python tests/toy_pipeline.py RUN_DIR [inline|ray]`` runs it to completion.
+``python tests/toy_pipeline.py RUN_DIR [SLEEP_S] [inline|ray]`` runs it to completion; RUN_DIR
+may be a URI (``s3://bucket/prefix``).
 """
 
 from __future__ import annotations
@@ -81,12 +82,12 @@ FILTER = StageSpec(name="filter", config=FilterConfig, run=filter_run, source="s
 SPECS = [GEN, SQUARE, FILTER]
 
 
-def toy_ctx(run_dir: Path) -> RunContext:
+def toy_ctx(run_dir: Path | str) -> RunContext:
     cfg = SimpleNamespace(seed=0, runner=SimpleNamespace(request_cache=False))
     return RunContext(run_dir, cfg, threads=1)
 
 
-def run_toy(run_dir: Path, executor, cfgs: dict | None = None, shard_size: int = 2,
+def run_toy(run_dir: Path | str, executor, cfgs: dict | None = None, shard_size: int = 2,
             specs=None) -> list[dict]:
     from pipeline.runner import run_stages
 
@@ -103,7 +104,9 @@ if __name__ == "__main__":
     sleep = float(sys.argv[2]) if len(sys.argv) > 2 else 0.02
     kind = sys.argv[3] if len(sys.argv) > 3 else "inline"
     executor = InlineExecutor(1) if kind == "inline" else RayExecutor()  # RAY_ADDRESS decides
-    funnel = run_toy(Path(sys.argv[1]), executor, {"square": SquareConfig(sleep_s=sleep)})
+    where = sys.argv[1]  # a local path or a URI (s3://bucket/prefix)
+    funnel = run_toy(where if "://" in where else Path(where), executor,
+                     {"square": SquareConfig(sleep_s=sleep)})
     if kind == "ray":
         import ray
 

@@ -3,9 +3,11 @@
 Keys are sha256 over (model id, weights identity, method, prompt or conversation, sampling
 params); values are the completions of one request. Two stores: ``sqlite`` (``diskcache``) is
 process-safe, so Ray workers on one machine share a cache directory; ``files`` writes one JSON
-file per request (temp name, then rename), which many nodes can write at once on a shared
-filesystem (NFS), where SQLite's locks are not safe. Failed completions are never stored: a
-rerun retries them.
+file per request, which many nodes can write at once on a shared filesystem (NFS), where
+SQLite's locks are not safe, or on an object store (``s3://``): its root is a local path or a
+``pyarrow.fs`` URI, and each entry is written whole (temp name then rename locally, one upload
+on an object store), so a reader sees no entry or a complete one. Failed completions are never
+stored: a rerun retries them.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import sqlite3
 import threading
 from pathlib import Path
 
+from pipeline import filesystem as fsys
 from pipeline.backends.base import (
     Backend,
     BackendError,
@@ -47,37 +50,28 @@ class FileStore:
 
     The ``get``/``set`` subset of ``diskcache.Cache`` that the cache uses. Written by hand:
     diskcache and sqlitedict are SQLite underneath, and a shared mount is where that breaks.
+    ``root``: a local path or a ``pyarrow.fs`` URI (``pipeline.filesystem``).
     """
 
     def __init__(self, root: str | Path) -> None:
-        self.root = Path(root)
-        self.root.mkdir(parents=True, exist_ok=True)
+        self.root = root
+        self.fs, self.path = fsys.resolve(root)
+        fsys.make_dir(self.fs, self.path)
 
-    def _path(self, key: str) -> Path:
-        return self.root / key[:2] / f"{key}.json"
+    def _path(self, key: str) -> str:
+        return f"{self.path}/{key[:2]}/{key}.json"
 
     def get(self, key: str):
         try:
-            return json.loads(self._path(key).read_text(encoding="utf-8"))
-        except FileNotFoundError:
-            return None
+            data = fsys.read_bytes(self.fs, self._path(key))
+            return None if data is None else json.loads(data.decode("utf-8"))
         except (OSError, ValueError):
             return None  # unreadable or torn by a foreign writer: a miss, recomputed
 
     def set(self, key: str, value) -> None:
-        import os
-        import tempfile
-
-        path = self._path(key)
-        path.parent.mkdir(exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".tmp")
-        try:
-            with os.fdopen(fd, "w", encoding="utf-8") as f:
-                json.dump(value, f, ensure_ascii=False)
-            os.replace(tmp, path)  # the same answer from two writers: either one wins
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        # the same answer from two writers: either one wins, both are whole
+        fsys.write_bytes(self.fs, self._path(key),
+                         json.dumps(value, ensure_ascii=False).encode("utf-8"))
 
     def close(self) -> None:
         pass
@@ -96,7 +90,8 @@ class CachedBackend:
 
     Args:
         inner: the backend that serves misses.
-        cache_dir: directory of the diskcache database (created if missing).
+        cache_dir: directory of the cache (created if missing): a local path, or for the
+            ``files`` store also a ``pyarrow.fs`` URI.
         weights_id: what identifies the weights beyond the model id (their sha256, or the
             served model name for a remote server).
         store: ``sqlite`` (one machine) or ``files`` (several nodes on a shared filesystem).
@@ -112,7 +107,7 @@ class CachedBackend:
         if store not in ("sqlite", "files"):
             raise ValueError(f"request cache store {store!r}: expected 'sqlite' or 'files'")
         try:
-            self._cache = (FileStore(Path(cache_dir) / "files") if store == "files"
+            self._cache = (FileStore(fsys.join(cache_dir, "files")) if store == "files"
                            else diskcache.Cache(str(cache_dir)))
         except sqlite3.OperationalError as exc:  # "disk I/O error" alone names neither
             raise BackendError(f"request cache {cache_dir} cannot be opened: {exc} "

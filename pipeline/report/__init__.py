@@ -95,7 +95,7 @@ def render_report(metrics: Mapping, ratings: pd.DataFrame | None = None,
         leaderboard=None if board is None else board.to_dict(orient="records"))
 
 
-def build_report(run_dir: Path) -> Path:
+def build_report(run_dir: Path | str) -> Path | str:
     """(Re)build ``audit/report.html`` of a run from its ``audit/metrics.json``.
 
     Without metrics.json (the audit stage did not run) the metrics are computed from the
@@ -107,7 +107,7 @@ def build_report(run_dir: Path) -> Path:
     from pipeline.store import RunStore
     from stages.audit import audit_table, build_audit_rows, write_report
 
-    store = RunStore(Path(run_dir))
+    store = RunStore(run_dir)  # a local path or a URI (s3://...)
     text = store.read_artifact("audit/metrics.json")
     if text is not None:
         metrics = json.loads(text.decode("utf-8"))
@@ -117,4 +117,5 @@ def build_report(run_dir: Path) -> Path:
         metrics = audit_table(rows)
     ratings = store.read_artifact("rate/ratings.parquet")
     ratings = pd.read_parquet(io.BytesIO(ratings)) if ratings is not None else None
-    return write_report(store.root / "audit", metrics, ratings, store.funnel())
+    return write_report(Path("audit"), metrics, ratings, store.funnel(),
+                        write=store.write_artifact)
