@@ -10,8 +10,9 @@ S3 options come from where pyarrow and the AWS SDK read them: the URI's query
 (``s3://bucket/runs?endpoint_override=host:9000&scheme=http&region=eu-west-1``) and the standard
 environment (``AWS_ENDPOINT_URL``, ``AWS_ACCESS_KEY_ID``, ``AWS_SECRET_ACCESS_KEY``,
 ``AWS_REGION``/``AWS_DEFAULT_REGION``, ``AWS_PROFILE``, instance roles). Options in the URI
-travel with the run directory to every Ray worker; put credentials in the environment (or a
-role), never in the URI: the URI is written into the run's config.yaml.
+travel with the run directory to every Ray worker. Credentials belong in the environment (or an
+instance role): ``s3://KEY:SECRET@bucket/...`` works too, and messages never show it, but the
+URI is written into the run's config.yaml.
 """
 
 from __future__ import annotations
@@ -75,8 +76,18 @@ def split(where: str | Path) -> tuple[str | Path, str]:
 
 
 def display(where: str | Path) -> str:
-    """``where`` for messages: a URI without its query (endpoints and flags are noise)."""
-    return _split_query(where)[0] if is_uri(where) else str(where)
+    """``where`` for messages and logs: a URI without its query (endpoints and flags) and
+    without credentials in it (``s3://KEY:SECRET@bucket/...``).
+
+    Example:
+        >>> display("s3://key:secret@b/runs/r1?scheme=http")
+        's3://b/runs/r1'
+    """
+    if not is_uri(where):
+        return str(where)
+    scheme, rest = _split_query(str(where))[0].split("://", 1)
+    netloc, sep, path = rest.partition("/")
+    return f"{scheme}://{netloc.rpartition('@')[2]}{sep}{path}"
 
 
 def resolve(where: str | Path) -> tuple[pafs.FileSystem, str]:

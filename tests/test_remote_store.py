@@ -189,3 +189,25 @@ def test_run_with_an_s3_run_dir_refuses_a_sqlite_cache_before_any_work(s3_server
     assert _all_objects(remote) == []
     result = CliRunner().invoke(app, ["run", "--run-dir", remote, "--name", "other"])
     assert result.exit_code == 2 and "drop --name" in result.output
+
+
+def test_ray_workers_write_one_s3_run_and_a_killed_worker_is_retried(s3_server, tmp_path,
+                                                                     ray_local):
+    """Shards run in Ray worker processes that reach the bucket on their own: endpoint and
+    credentials in the URI, since a Ray started by an earlier test has workers whose
+    environment lacks the server's credentials."""
+    from pipeline.executors import RayExecutor
+    from tests.s3_server import CREDENTIALS
+    from tests.toy_pipeline import GEN, SQUARE, SquareConfig
+
+    key, secret = CREDENTIALS["AWS_ACCESS_KEY_ID"], CREDENTIALS["AWS_SECRET_ACCESS_KEY"]
+    remote = s3_server.uri("runs", "ray").replace("s3://", f"s3://{key}:{secret}@", 1)
+    marker = tmp_path / "died-once"
+    run_toy(remote, RayExecutor(max_retries=2),
+            {"square": SquareConfig(die_once_file=str(marker))}, specs=[GEN, SQUARE])
+    assert marker.exists()  # a worker really died mid-shard
+    out = RunStore(remote).stage("square").read()
+    ids = out.column("instruction_id").to_pylist()
+    assert len(ids) == len(set(ids)) == 60
+    assert sorted(out.column("square").to_pylist()) == sorted(i * i for i in range(60))
+    assert secret not in RunStore(remote).location
