@@ -252,6 +252,22 @@ def ablate(run_dir: Path, set_: SetOpt = None,
     console.print(table)
 
 
+@app.command("judge-bench")
+def judge_bench(
+        config: Annotated[Path, typer.Argument(help="judge-bench config YAML.")] = Path(
+            "configs/judge-bench.yaml"),
+        problems: Annotated[int | None, typer.Option(help="First N problems.")] = None,
+        out: Annotated[Path, typer.Option(help="Output directory (resumable).")] = Path(
+            "artifacts/judge_bench")) -> None:
+    """Judge card: execution-labelled answer pairs judged by each judge and protocol."""
+    from pipeline.judge_bench.bench import bench_main
+
+    try:
+        bench_main(config, problems, out)
+    except ValueError as exc:
+        _fail(str(exc))
+
+
 def main() -> None:
     from pipeline.config import ConfigError
 

@@ -12,16 +12,19 @@ model_b``; ``order`` is ``"ab"`` when model_a's answer was shown first, ``"ba"``
   from the position shown); null comes with ``parse_error`` and the judge's ``raw`` text.
 - ``score_a``, ``score_b``: 0-3 (pointwise protocols), else null.
 - ``rationale``: the judge's reasoning before its verdict (generative protocols).
-- ``position_first_chosen``: did ``verdict`` pick the answer shown first (null for tie/null).
-- ``protocol``; ``prob_a``: P(model_a better) read in this row's order alone
-  (``pairwise_logprob``); ``expected_score_a``/``_b`` (``pointwise_logprob``).
+- ``order_verdict``: this order's own reading ("a" / "b" / "tie" / null), before the two
+  orders are combined; ``position_first_chosen``: did it pick the answer shown first (null for
+  tie/null). The audit measures position bias and order consistency from these.
+- ``protocol``; this order's reading: ``prob_a`` (P(model_a better), ``pairwise_logprob``),
+  ``score_a``/``score_b`` and ``expected_score_a``/``_b`` (the pointwise protocols).
 
 How each protocol fills a row (see ``stages.judge_protocols``): ``pairwise`` gives each order
-its own verdict, and ``rate`` turns a verdict that flips with the order into a tie.
-``pairwise_logprob`` averages the two orders' probabilities (so position bias cancels) and both
-rows carry that combined verdict; the per-order reading stays in ``prob_a``. The pointwise
-protocols score each answer alone, once per judge, so both rows of a pair are the same
-judgement and cannot disagree.
+its own verdict (``verdict == order_verdict``), and ``rate`` turns a verdict that flips with
+the order into a tie. The other protocols combine both orders into ``verdict`` (both rows carry
+it) so that position bias cancels: ``pairwise_logprob`` averages the two orders'
+probabilities; the pointwise protocols score the two answers one after the other in one
+conversation, model_a's first in order "ab" and model_b's first in "ba", and compare each
+answer's score summed over both orders.
 """
 
 from __future__ import annotations
@@ -55,6 +58,7 @@ OUTPUT_SCHEMA = pa.schema([
     ("raw", pa.string()), ("parse_error", pa.string()), ("protocol", pa.string()),
     ("position_first_chosen", pa.bool_()), ("prob_a", pa.float64()),
     ("expected_score_a", pa.float64()), ("expected_score_b", pa.float64()),
+    ("order_verdict", pa.string()),
 ])
 
 
@@ -134,7 +138,7 @@ def eligible_judges(battle: Battle, judges: list[str], allow_self: bool,
 def _row(b: Battle, judge: str, order: str, protocol: str, j: jp.Judgement) -> dict:
     return {"instruction_id": b.instruction_id, "model_a": b.model_a, "model_b": b.model_b,
             "judge": judge, "order": order, "protocol": protocol,
-            "position_first_chosen": jp.first_chosen(j.verdict, order),
+            "position_first_chosen": jp.first_chosen(j.order_verdict, order),
             **dataclasses.asdict(j)}
 
 
@@ -177,12 +181,36 @@ def read_logprobs(backend, protocol: jp.JudgeProtocol, convs: list, cfg: JudgeCo
 READERS = {"chat": read_chat, "next_token_logprobs": read_logprobs}
 
 
+def _read_sequential(protocol: jp.SequentialScoring, read, backend, battles: list[Battle],
+                     requests: dict, cfg: JudgeConfig, seed: int) -> dict:
+    """Both rounds of a sequential pointwise protocol, each answer's second-round requests
+    right after its own first-round reading: they start with that reading's prompt, so
+    llama.cpp evaluates only the new turn (the evaluated prompt prefix is reused)."""
+    after: dict[tuple, list[tuple[Battle, str]]] = {}
+    for b in battles:
+        for order in jp.ORDERS:
+            after.setdefault(protocol.first_key(b, order), []).append((b, order))
+    parsed = {}
+    for key, conv in requests.items():
+        parsed[key] = read(backend, protocol, [conv], cfg, seed)[0]
+        second = {(*b.key, order): c for b, order in after.get(key, ())
+                  if (c := protocol.followup(b, order, parsed[key])) is not None}
+        parsed.update(zip(second, read(backend, protocol, list(second.values()), cfg, seed),
+                          strict=True))
+    return parsed
+
+
 def judge_with(protocol: jp.JudgeProtocol, backend, judge: str, battles: list[Battle],
                cfg: JudgeConfig, seed: int) -> list[dict]:
-    """One judge's rows for ``battles`` under ``protocol``: its requests in one pass."""
+    """One judge's rows for ``battles`` under ``protocol``: its requests in one pass (the
+    sequential pointwise protocols: see :func:`_read_sequential`)."""
+    read = READERS[protocol.needs]
     requests = protocol.requests(battles)
-    replies = READERS[protocol.needs](backend, protocol, list(requests.values()), cfg, seed)
-    parsed = dict(zip(requests, replies, strict=True))
+    if isinstance(protocol, jp.SequentialScoring):
+        parsed = _read_sequential(protocol, read, backend, battles, requests, cfg, seed)
+    else:
+        parsed = dict(zip(requests, read(backend, protocol, list(requests.values()), cfg, seed),
+                          strict=True))
     return [_row(b, judge, order, protocol.name, j)
             for b in battles for order, j in protocol.judge(b, parsed, cfg).items()]
 

@@ -73,6 +73,11 @@ class Battle:
         """The answers in the order shown: ``"ab"`` puts model_a's first."""
         return (self.answer_a, self.answer_b) if order == "ab" else (self.answer_b, self.answer_a)
 
+    def shown_models(self, order: str) -> tuple[tuple[str, str], tuple[str, str]]:
+        """``(model, answer)`` shown first and second in ``order``."""
+        a, b = (self.model_a, self.answer_a), (self.model_b, self.answer_b)
+        return (a, b) if order == "ab" else (b, a)
+
 
 @dataclasses.dataclass(frozen=True)
 class Reply:
@@ -98,6 +103,7 @@ class Judgement:
     prob_a: float | None = None
     expected_score_a: float | None = None
     expected_score_b: float | None = None
+    order_verdict: str | None = None  # this order's own reading, before orders are combined
 
 
 def _single_bracketed(text: str | None, what: str) -> tuple[str | None, str | None, str | None]:
@@ -223,7 +229,7 @@ class JudgeProtocol:
 
     Subclasses set ``name``, ``template`` (a file in ``pipeline/prompts``), ``needs`` and
     ``shows_pair`` (both answers per request, one request per order; else one answer per
-    request, each answer judged once per judge), and implement ``parse`` and ``judge``.
+    request: see :class:`SequentialScoring`), and implement ``parse`` and ``judge``.
     """
 
     name: ClassVar[str]
@@ -254,8 +260,8 @@ class JudgeProtocol:
                 {"role": "user", "content": user}]
 
     def requests(self, battles: Sequence[Battle]) -> dict[Key, Conversation]:
-        """The conversations to send, keyed ``battle.key + (order,)`` (pair protocols) or
-        ``(instruction_id, model)`` (each answer once), in battle order."""
+        """The first round of conversations, keyed ``battle.key + (order,)`` (pair protocols)
+        or ``(instruction_id, model)`` (each answer alone, once), in battle order."""
         out: dict[Key, Conversation] = {}
         for b in battles:
             if self.shows_pair:
@@ -269,13 +275,18 @@ class JudgeProtocol:
                                                                        b.reference)
         return out
 
+    def followups(self, battles: Sequence[Battle],
+                  replies: Mapping[Key, Reply]) -> dict[Key, Conversation]:
+        """The second round, built on the first round's parsed ``replies`` (none by default)."""
+        return {}
+
     def parse(self, reply: Any, cfg: JudgeConfig) -> Reply:
         """One backend reply (a ``Completion`` or a ``LogprobReading``) as a :class:`Reply`."""
         raise NotImplementedError
 
     def judge(self, battle: Battle, replies: Mapping[Key, Reply],
               cfg: JudgeConfig) -> dict[str, Judgement]:
-        """The battle's judgement per order, from the parsed replies of :meth:`requests`."""
+        """The battle's judgement per order, from the parsed replies of both rounds."""
         raise NotImplementedError
 
 
@@ -320,26 +331,9 @@ class Pairwise(GenerativeProtocol):
         out = {}
         for order in ORDERS:
             r = replies[(*battle.key, order)]
-            out[order] = Judgement(to_model_verdict(r.value, order), r.raw, r.error, r.rationale)
+            verdict = to_model_verdict(r.value, order)
+            out[order] = Judgement(verdict, r.raw, r.error, r.rationale, order_verdict=verdict)
         return out
-
-
-class Pointwise(GenerativeProtocol):
-    """Each answer alone; a written ``[[N]]`` score 0-3; the verdict compares scores."""
-
-    name, template, shows_pair = "pointwise", "judge_pointwise.txt", False
-
-    parse_text = staticmethod(parse_score)
-
-    def judge(self, battle, replies, cfg):
-        a, b = battle.model_a, battle.model_b
-        ra, rb = replies[(battle.instruction_id, a)], replies[(battle.instruction_id, b)]
-        j = Judgement(verdict_from_scores(ra.value, rb.value),
-                      raw=f"[{a}]\n{ra.raw}\n\n[{b}]\n{rb.raw}",
-                      parse_error=_errors((a, ra.error), (b, rb.error)),
-                      rationale=f"[{a}] {ra.rationale or ''}\n[{b}] {rb.rationale or ''}",
-                      score_a=ra.value, score_b=rb.value)
-        return dict.fromkeys(ORDERS, j)  # scored alone: both orders are one judgement
 
 
 class PairwiseLogprob(LogprobProtocol):
@@ -355,29 +349,157 @@ class PairwiseLogprob(LogprobProtocol):
         if error is None:
             p_a = debiased_probability(ab.value["A"], ba.value["A"])
             verdict = verdict_from_scores(p_a, 1.0 - p_a, 2 * cfg.prob_tie_margin)
-        # prob_a: P(model_a) in this order alone (model_a is shown as B in order "ba")
-        return {"ab": Judgement(verdict, ab.raw, error, prob_a=ab.value["A"] if ab.value else None),
-                "ba": Judgement(verdict, ba.raw, error, prob_a=ba.value["B"] if ba.value else None)}
+        out = {}
+        for order, r in (("ab", ab), ("ba", ba)):
+            # prob_a: P(model_a) in this order alone (model_a is shown as B in order "ba")
+            p = None if r.value is None else r.value["A" if order == "ab" else "B"]
+            own = None if p is None else verdict_from_scores(p, 1.0 - p, 2 * cfg.prob_tie_margin)
+            out[order] = Judgement(verdict, r.raw, error, prob_a=p, order_verdict=own)
+        return out
 
 
-class PointwiseLogprob(LogprobProtocol):
-    """Each answer alone; the expected 0-3 digit under the judge's probabilities."""
+class SequentialScoring(JudgeProtocol):
+    """Pointwise scoring in a conversation: in order ``"ab"`` the judge scores model_a's answer
+    alone, then, with that exchange in its context, model_b's; in ``"ba"`` the reverse.
 
-    name, template, shows_pair = "pointwise_logprob", "judge_pointwise_logprob.txt", False
-    spellings, retry_prefill = DIGIT_SPELLINGS, "Score: "
+    The first answer of each order is scored alone (StackEval's setting), so it is requested
+    once per answer and judge; the second is where the order can pull the judge (anchoring on
+    the first score), which is what this protocol's ``order_verdict`` readings measure. The
+    combined ``verdict`` compares each answer's score summed over both orders, so the answer
+    shown first and the one shown second count once each.
+    """
+
+    shows_pair = False
+    next_template: ClassVar[str]
+
+    @property
+    def templates(self) -> tuple[str, ...]:
+        return (*super().templates, self.next_template)
+
+    def assistant_text(self, reply: Reply) -> str:
+        """The judge's first reply as the second round shows it."""
+        raise NotImplementedError
+
+    def score_of(self, reply: Reply) -> float:
+        """The number a reading contributes to the verdict (score or expected score)."""
+        raise NotImplementedError
+
+    def first_key(self, battle: Battle, order: str) -> Key:
+        """The first-round request whose reply a second-round request of ``order`` shows."""
+        return (battle.instruction_id, battle.shown_models(order)[0][0])
+
+    def followup(self, battle: Battle, order: str, first: Reply) -> Conversation | None:
+        """The second-round conversation of ``order`` (None: no first score to show, so this
+        order stays unread)."""
+        if first.value is None:
+            return None
+        (_, first_answer), (_, second) = battle.shown_models(order)
+        conv = self.conversation(battle.instruction, (first_answer,), battle.reference)
+        return [*conv, {"role": "assistant", "content": self.assistant_text(first)},
+                {"role": "user", "content": fill(load_template(self.next_template),
+                                                 answer=second.strip())}]
+
+    def followups(self, battles, replies):
+        out: dict[Key, Conversation] = {}
+        for b in battles:
+            for order in ORDERS:
+                conv = self.followup(b, order, replies[self.first_key(b, order)])
+                if conv is not None:
+                    out[(*b.key, order)] = conv
+        return out
+
+    def readings(self, battle: Battle, replies: Mapping[Key, Reply], order: str
+                 ) -> tuple[Reply | None, Reply | None, str | None]:
+        """This order's readings of model_a's and model_b's answers (``None``: not read) and
+        its error, if any."""
+        (first_model, _), (second_model, _) = battle.shown_models(order)
+        first = replies[(battle.instruction_id, first_model)]
+        second = replies.get((*battle.key, order))
+        second_error = ("not read: the first answer has no score" if second is None
+                        else second.error)
+        by_model = {first_model: first, second_model: second}
+        return (by_model[battle.model_a], by_model[battle.model_b],
+                _errors((first_model, first.error), (second_model, second_error)))
 
     def judge(self, battle, replies, cfg):
+        margin = self.tie_margin(cfg)
+        per_order, errors = {}, []
+        for order in ORDERS:
+            ra, rb, error = self.readings(battle, replies, order)
+            sa, sb = (None if r is None or r.value is None else self.score_of(r) for r in (ra, rb))
+            if sa is None or sb is None:
+                errors.append(f"order {order}: {error}")
+            per_order[order] = (ra, rb, sa, sb)
+        verdict = None
+        if not errors:  # summed over orders: a tie margin on the mean is twice that on the sum
+            verdict = verdict_from_scores(sum(p[2] for p in per_order.values()),
+                                          sum(p[3] for p in per_order.values()), 2 * margin)
+        return {order: self.judgement(battle, ra, rb, sa, sb, verdict,
+                                      verdict_from_scores(sa, sb, margin), "; ".join(errors) or None)
+                for order, (ra, rb, sa, sb) in per_order.items()}
+
+    def tie_margin(self, cfg: JudgeConfig) -> float:
+        return 0.0
+
+    def judgement(self, battle: Battle, ra: Reply | None, rb: Reply | None, sa: float | None,
+                  sb: float | None, verdict: str | None, own: str | None,
+                  error: str | None) -> Judgement:
+        """One order's row fields: its readings ``ra``/``rb`` and scores ``sa``/``sb``, the
+        combined ``verdict`` and this order's own verdict ``own``."""
+        raise NotImplementedError
+
+
+def _raw(model: str, r: Reply | None) -> str:
+    return f"[{model}] " + ("(not read)" if r is None else r.raw)
+
+
+class Pointwise(SequentialScoring, GenerativeProtocol):
+    """Each answer scored with a written ``[[N]]`` 0-3 after its reasoning (StackEval)."""
+
+    name, template, next_template = "pointwise", "judge_pointwise.txt", "judge_pointwise_next.txt"
+    parse_text = staticmethod(parse_score)
+
+    def assistant_text(self, reply):
+        return reply.raw
+
+    def score_of(self, reply):
+        return float(reply.value)
+
+    def judgement(self, battle, ra, rb, sa, sb, verdict, own, error):
         a, b = battle.model_a, battle.model_b
-        ra, rb = replies[(battle.instruction_id, a)], replies[(battle.instruction_id, b)]
-        exp_a = expected_score(ra.value) if ra.value else None
-        exp_b = expected_score(rb.value) if rb.value else None
-        j = Judgement(verdict_from_scores(exp_a, exp_b, cfg.score_tie_margin),
-                      raw=f"[{a}] {ra.raw}\n[{b}] {rb.raw}",
-                      parse_error=_errors((a, ra.error), (b, rb.error)),
-                      score_a=int(max(ra.value, key=ra.value.get)) if ra.value else None,
-                      score_b=int(max(rb.value, key=rb.value.get)) if rb.value else None,
-                      expected_score_a=exp_a, expected_score_b=exp_b)
-        return dict.fromkeys(ORDERS, j)
+        return Judgement(
+            verdict, raw=f"{_raw(a, ra)}\n\n{_raw(b, rb)}", parse_error=error,
+            rationale=f"[{a}] {(ra.rationale if ra else None) or ''}\n"
+                      f"[{b}] {(rb.rationale if rb else None) or ''}",
+            score_a=None if sa is None else int(sa), score_b=None if sb is None else int(sb),
+            order_verdict=own)
+
+
+class PointwiseLogprob(SequentialScoring, LogprobProtocol):
+    """Each answer scored by the expected 0-3 digit under the judge's probabilities."""
+
+    name, template = "pointwise_logprob", "judge_pointwise_logprob.txt"
+    next_template = "judge_pointwise_logprob_next.txt"
+    spellings, retry_prefill = DIGIT_SPELLINGS, "Score: "
+
+    def assistant_text(self, reply):
+        return max(reply.value, key=reply.value.get)  # the digit the judge would most say
+
+    def score_of(self, reply):
+        return expected_score(reply.value)
+
+    def tie_margin(self, cfg):
+        return cfg.score_tie_margin
+
+    def judgement(self, battle, ra, rb, sa, sb, verdict, own, error):
+        a, b = battle.model_a, battle.model_b
+
+        def top(r):
+            return int(max(r.value, key=r.value.get)) if r is not None and r.value else None
+
+        return Judgement(verdict, raw=f"{_raw(a, ra)}\n{_raw(b, rb)}", parse_error=error,
+                         score_a=top(ra), score_b=top(rb), expected_score_a=sa,
+                         expected_score_b=sb, order_verdict=own)
 
 
 PROTOCOLS: dict[str, JudgeProtocol] = {

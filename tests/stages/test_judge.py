@@ -28,8 +28,9 @@ def answers(instructions: dict[str, list[str]], miner: dict[str, str] | None = N
 
 
 def shown_models(conversation) -> list[str]:
-    """Models whose answers a judge prompt shows, in the order shown."""
-    return re.findall(r"<answer of (\S+) to", conversation[1]["content"])
+    """Models whose answers a judge prompt's last turn shows, in the order shown (a sequential
+    pointwise request's last turn shows the second answer)."""
+    return re.findall(r"<answer of (\S+) to", conversation[-1]["content"])
 
 
 class PreferJudge:
@@ -155,11 +156,17 @@ def test_pointwise_scores_each_answer_once_and_derives_the_verdict():
     table = answers({"i1": ["m1", "m2", "m3"]})
     rows = run(table, JudgeConfig(protocol="pointwise", judges=["j"]),
                Ctx({"j": judge})).table.to_pylist()
-    assert len(judge.seen) == 3  # three answers, each scored once for three pairs
-    got = {(r["model_a"], r["model_b"], r["order"]): (r["verdict"], r["score_a"], r["score_b"])
-           for r in rows}
-    assert got[("m1", "m3", "ab")] == got[("m1", "m3", "ba")] == ("b", 1, 3)
-    assert got[("m1", "m2", "ab")] == ("tie", 1, 1)
+    # each answer scored alone once, each followed by the pairs' second answers it comes before
+    assert len(judge.seen) == 3 + 2 * 3
+    assert [len(c) for c in judge.seen] == [2, 4, 4] * 3
+    second = judge.seen[1]  # order "ab" of (m1, m2): m1's exchange, then m2's answer
+    assert second[:2] == judge.seen[0]  # starts with the prompt just read: the prefix is reused
+    assert shown_models(second[:2]) == ["m1"] and shown_models(second) == ["m2"]
+    assert second[2] == {"role": "assistant", "content": "ok\nScore: [[1]]"}
+    got = {(r["model_a"], r["model_b"], r["order"]): (r["verdict"], r["score_a"], r["score_b"],
+                                                      r["order_verdict"]) for r in rows}
+    assert got[("m1", "m3", "ab")] == got[("m1", "m3", "ba")] == ("b", 1, 3, "b")
+    assert got[("m1", "m2", "ab")] == ("tie", 1, 1, "tie")
     assert all(r["protocol"] == "pointwise" for r in rows)
 
 
@@ -173,8 +180,12 @@ def test_pointwise_parse_error_names_the_model():
 
     rows = run(answers({"i1": ["m1", "m2"]}), JudgeConfig(protocol="pointwise", judges=["j"]),
                Ctx({"j": Half()})).table.to_pylist()
-    assert all(r["verdict"] is None and r["score_a"] == 2 and r["score_b"] is None for r in rows)
-    assert rows[0]["parse_error"] == "m2: no score in the [[...]] format"
+    # order ab reads m1 (2) then m2 (unparsed); in "ba" m2 comes first, so m1 is never asked
+    assert [(r["verdict"], r["score_a"], r["score_b"]) for r in rows] == [
+        (None, 2, None), (None, None, None)]
+    assert rows[0]["parse_error"] == ("order ab: m2: no score in the [[...]] format; "
+                                      "order ba: m2: no score in the [[...]] format; "
+                                      "m1: not read: the first answer has no score")
 
 
 @pytest.mark.parametrize("p_first_by_model,verdict", [
@@ -237,14 +248,15 @@ def test_low_mass_readings_are_retried_with_the_reply_started(monkeypatch):
                JudgeConfig(protocol="pointwise_logprob", judges=["j"]),
                Ctx({"j": object()})).table.to_pylist()
     # only the failed reading is read again, right after its first reading
-    assert calls == [(1, ""), (1, ""), (1, "Score: ")]  # m1's reading, m2's, m2's retry
+    # m1 alone, then m2 after m1 (and its retry); m2 alone (and retry), then m1 after m2
+    assert calls == [(1, ""), (1, ""), (1, "Score: "), (1, ""), (1, "Score: "), (1, "")]
     assert rows[0]["parse_error"] is None and rows[0]["verdict"] == "a"
     assert "with prefill 'Score: ': P(0)=0.0000 P(1)=1.0000" in rows[0]["raw"]
     calls.clear()
     off = run(answers({"i1": ["m1", "m2"]}),
               JudgeConfig(protocol="pointwise_logprob", judges=["j"], retry_prefill=False),
               Ctx({"j": object()})).table.to_pylist()
-    assert calls == [(1, ""), (1, "")] and off[0]["verdict"] is None
+    assert calls == [(1, ""), (1, ""), (1, "")] and off[0]["verdict"] is None
 
 
 def test_pointwise_logprob_expected_scores(monkeypatch):

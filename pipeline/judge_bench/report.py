@@ -1,0 +1,132 @@
+"""The judge card as Markdown and figures (PNG files next to it, drawn like the audit report's
+figures in ``pipeline.report.plots``)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{100 * x:.0f}%"
+
+
+def _num(x, fmt=".2f") -> str:
+    return "n/a" if x is None else format(x, fmt)
+
+
+def _acc(block: Mapping | None) -> str:
+    if not block or not block.get("n"):
+        return "n/a"
+    return f"{block['k']}/{block['n']} ({_pct(block['rate'])})"
+
+
+def headline_table(card: Mapping) -> str:
+    """One row per variant: accuracy with its exact interval, kappa, bias, cost."""
+    lines = ["| judge | protocol | reference | pairs | correct | accuracy [95% CI] | kappa | "
+             "same-model | cross-model | first position | order consistency | s/verdict |",
+             "|---|---|---|---:|---:|---|---:|---|---|---:|---:|---:|"]
+    for r in card["results"]:
+        types = r["by_pair_type"]
+        lines.append(
+            f"| {r['judge']} | {r['protocol']} | {r['reference_kind']} | {r['n']} | "
+            f"{r['correct']} | {_pct(r['accuracy'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
+            f" | {_num(r['kappa'])} | {_acc(types.get('same_model'))} | "
+            f"{_acc(types.get('cross_model'))} | {_num(r['first_position'])} | "
+            f"{_num(r['order_consistency'])} | {_num(r['seconds_per_verdict'], '.1f')} |")
+    return "\n".join(lines)
+
+
+def bias_table(card: Mapping) -> str:
+    """Length bias, self-preference and accuracy by difficulty per variant."""
+    levels = sorted({d for r in card["results"] for d in r["by_difficulty"]})
+    head = ("| variant | picks failing when longer | picks failing when shorter | "
+            "kin failed, picked | other failed, picked | "
+            + " | ".join(f"{d}" for d in levels) + " |")
+    lines = [head, "|---" * (5 + len(levels)) + "|"]
+    for r in card["results"]:
+        lb, sp = r["length_bias"], r["self_preference"] or {}
+        lines.append(
+            f"| {r['variant']} | {_acc(lb['failing_longer'])} | {_acc(lb['failing_shorter'])} | "
+            f"{_acc(sp.get('kin_failed_picked'))} | {_acc(sp.get('other_failed_picked'))} | "
+            + " | ".join(_acc(r["by_difficulty"].get(d)) for d in levels) + " |")
+    return "\n".join(lines)
+
+
+def card_markdown(card: Mapping, plots: Mapping[str, str]) -> str:
+    """The whole card (``card.md``)."""
+    p = card["pairs"]
+    answers = ", ".join(f"{m}: {a['passed']}/{a['answers']} pass"
+                        for m, a in card["answers"].items())
+    parts = [
+        f"# Judge card: {card['name']}",
+        "",
+        f"{card['problems']} problems of {card['benchmark']}, {card['samples']} answers per "
+        f"contestant and problem at temperature {card['temperature']} ({answers}). "
+        f"{p['count']} execution-separated pairs (one answer passes the official tests, the "
+        f"other fails) from {p['problems']} problems: {p['same_model']} same-model, "
+        f"{p['cross_model']} cross-model. Every pair judged in both orders; the judge saw "
+        f"{'each answer' if card.get('shown') == 'response' else 'the code block of each answer'}.",
+        "",
+        "A verdict is correct when it names the passing answer (a tie or no verdict is wrong); "
+        "intervals are exact (Clopper-Pearson). First position: share of decisive "
+        "single-order readings that chose the answer shown first (0.5 = no preference). Order "
+        "consistency: share of pairs whose two single-order readings agree.",
+        "",
+        headline_table(card),
+        "",
+        "## Biases and difficulty",
+        "",
+        "Length: how often the verdict picked the failing answer when it is the longer / the "
+        "shorter one. Self-preference (cross-model pairs with one contestant of the judge's "
+        "family): how often the verdict picked the kin when the kin failed, and the other "
+        "contestant when it failed. Difficulty: the problem's pass rate over all answers "
+        "(hard < 25% <= medium < 60% <= easy).",
+        "",
+        bias_table(card),
+        "",
+        f"Command: `{card['command']}`; wall time {card['wall_s'] / 60:.1f} min on "
+        f"{card['processor']}.",
+    ]
+    for title, name in plots.items():
+        parts += ["", f"![{title}]({name})"]
+    return "\n".join(parts) + "\n"
+
+
+def write_plots(card: Mapping, out: Path) -> dict[str, str]:
+    """Accuracy and first-position figures as PNG files in ``out``; title -> file name."""
+    from pipeline.report.plots import _figure
+
+    results = [r for r in card["results"] if r["n"]]
+    if not results:
+        return {}
+    written = {}
+    names = [r["variant"] for r in results][::-1]
+    plt, fig, ax = _figure(width=7.5, height=0.4 * len(results) + 1.4)
+    acc = [r["accuracy"] for r in results][::-1]
+    lo = [r["accuracy"] - r["ci_low"] for r in results][::-1]
+    hi = [r["ci_high"] - r["accuracy"] for r in results][::-1]
+    ax.errorbar(acc, names, xerr=[lo, hi], fmt="o", capsize=4, color="#4c72b0")
+    ax.axvline(0.5, color="#999999", linestyle="--", linewidth=1)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel("accuracy against execution (exact 95% interval)")
+    fig.tight_layout()
+    fig.savefig(out / "accuracy.png")
+    plt.close(fig)
+    written["Accuracy per variant"] = "accuracy.png"
+    fp = [(r["variant"], r["first_position_detail"]) for r in results
+          if r["first_position"] is not None][::-1]
+    if fp:
+        plt, fig, ax = _figure(width=7.5, height=0.4 * len(fp) + 1.4)
+        ax.errorbar([d["rate"] for _, d in fp], [n for n, _ in fp],
+                    xerr=[[d["rate"] - d["ci_low"] for _, d in fp],
+                          [d["ci_high"] - d["rate"] for _, d in fp]],
+                    fmt="s", capsize=4, color="#dd8452")
+        ax.axvline(0.5, color="#999999", linestyle="--", linewidth=1)
+        ax.set_xlim(0, 1)
+        ax.set_xlabel("first-position preference of single-order readings (0.5 = none)")
+        fig.tight_layout()
+        fig.savefig(out / "first_position.png")
+        plt.close(fig)
+        written["First-position preference"] = "first_position.png"
+    return written
