@@ -36,19 +36,39 @@ def extract_generator(text: str | None) -> tuple[str | None, str | None]:
     >>> extract_generator("```python\\nimport math\\ndef generate_inputs():\\n"
     ...                   "    return [(1,), (2,)]\\n```")[0]
     'import math\\n\\ndef generate_inputs():\\n    return [(1,), (2,)]'
+    >>> extract_generator("def generate_inputs():\\n    return [(2,), (3,), (4")[0]
+    'def generate_inputs():\\n    return [(2,), (3,)]'
     >>> extract_generator("assert f(1) == 2")
     (None, 'no generate_inputs function found')
     """
     for block in python_blocks(text or ""):
-        try:
-            tree = ast.parse(block)
-        except (SyntaxError, ValueError, RecursionError, MemoryError):
+        tree = _parse_or_close(block)
+        if tree is None:
             continue
         for node in tree.body:
             if isinstance(node, ast.FunctionDef) and node.name == GENERATOR:
                 imports = [s for s in tree.body if isinstance(s, (ast.Import, ast.ImportFrom))]
                 return ast.unparse(ast.Module([*imports, node], [])), None
     return None, f"no {GENERATOR} function found"
+
+
+def _parse_or_close(block: str) -> ast.Module | None:
+    """The block's tree; for a reply cut inside the returned list (the small models run on
+    past the number of inputs asked until the token limit), the list closed after its last
+    complete element."""
+    try:
+        return ast.parse(block)
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        pass
+    if f"def {GENERATOR}" not in block:
+        return None
+    ends = [i for i, ch in enumerate(block) if ch == ","][-200:]
+    for end in reversed(ends):
+        try:
+            return ast.parse(block[:end] + "]")
+        except (SyntaxError, ValueError, RecursionError, MemoryError):
+            continue
+    return None
 
 
 def generator_program(source: str, cap: int) -> str:
@@ -68,29 +88,30 @@ def parse_generated(stdout: str, arities: Sequence[int], cap: int) -> tuple[list
     """The argument tuples a generator printed, and how many lines were no usable literal.
 
     A value that is not a tuple is one argument (``[1, 2]`` for ``f(xs)``). When the tests'
-    call arities are known, a tuple of another length is rejected: the small models copy
-    ``(input, expected)`` pairs or another task's tuples there.
+    call arities are known, a tuple of another length is rejected (the small models copy
+    another task's tuples there), except that when every tuple has exactly one element more
+    than the tests' calls, they are read as ``(arguments..., expected)`` pairs.
 
     >>> parse_generated("@@arenaforge@@(1, 2)\\n@@arenaforge@@[3]\\n@@arenaforge@@<obj>", (), 9)
     ([(1, 2), ([3],)], 1)
-    >>> parse_generated("@@arenaforge@@('ab', 2)\\n@@arenaforge@@'cd'", (1,), 9)
-    ([('cd',)], 1)
+    >>> parse_generated("@@arenaforge@@('ab', 2)\\n@@arenaforge@@('cd', 3, 4)", (1,), 9)
+    ([], 2)
+    >>> parse_generated("@@arenaforge@@('ab', 2)\\n@@arenaforge@@('cd', 0)", (1,), 9)
+    ([('ab',), ('cd',)], 0)
     """
-    inputs: list[tuple] = []
-    rejected = 0
-    for line in stdout.splitlines():
-        if not line.startswith(MARK):
-            continue
-        value = literal(line[len(MARK):])
-        if value is _NOT_LITERAL:
-            rejected += 1
-            continue
-        if not isinstance(value, tuple):
-            value = (value,)
+    values = [literal(line[len(MARK):]) for line in stdout.splitlines() if line.startswith(MARK)]
+    tuples = [v if isinstance(v, tuple) else (v,) for v in values if v is not _NOT_LITERAL]
+    rejected = len(values) - len(tuples)
+    if arities and tuples and all(len(t) - 1 in arities and len(t) not in arities
+                                  for t in tuples):
+        # every tuple is (arguments..., expected), as the small models write them: the expected
+        # value is dropped (the candidates decide the output, never the generator)
+        tuples = [t[:-1] for t in tuples]
+    inputs = []
+    for value in tuples:
         if arities and len(value) not in arities:
             rejected += 1
-            continue
-        if len(inputs) < cap:
+        elif len(inputs) < cap:
             inputs.append(value)
     return inputs, rejected
 

@@ -39,7 +39,7 @@ from __future__ import annotations
 
 import ast
 from collections import defaultdict
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import Field
@@ -92,8 +92,17 @@ class TestGenConfig(StageConfig):
     tests_per_author: int = Field(5, ge=1, le=50, description="tests asked of each author")
     max_tests_per_author: int = Field(8, ge=1, le=100, description="tests kept per author")
     augment: bool = Field(True, description="ask each author for generate_inputs() too")
+    inputs_call: Literal["same_reply", "second_call"] = Field(
+        "second_call", description="same_reply: the generator in the test-writing reply; "
+        "second_call: a second request that shows the author's own argument tuples")
     inputs_per_author: int = Field(
         8, ge=1, le=50, description="generated inputs asked of and kept per author")
+    generator_authors: list[str] | None = Field(
+        None, description="the authors asked for a generator; None: every author (the inputs "
+        "need not be independent, the candidates' outputs on them are what is compared)")
+    generator_max_tokens: int = Field(
+        96, ge=16, description="second_call: reply limit (a list of 8 small tuples is ~60 "
+        "tokens; the small models run on past it, and the cut list is closed)")
     max_tokens: int = Field(384, ge=16)
     temperature: float = Field(0.0, ge=0)
     # Large by default: the llama.cpp backend refills a finished sequence's slot from the
@@ -119,13 +128,56 @@ def build_conversation(instruction: str, entry: EntryPoint, n: int,
             {"role": "user", "content": user}]
 
 
+def inputs_conversation(instruction: str, entry: EntryPoint, tests: ParsedTests,
+                        k: int) -> list[dict[str, str]]:
+    """The second request for ``generate_inputs()``: the author's own calls show the form."""
+    args = []
+    for test in tests.tests:
+        shape = call_and_expected(test, entry.name)
+        if shape is not None:
+            call = ast.parse(shape[0]).body[0].value  # type: ignore[attr-defined]
+            args.append("(" + "".join(f"{ast.unparse(a)}, " for a in call.args).rstrip() + ")")
+    user = fill(load_template("testgen_inputs.txt"), instruction=instruction,
+                signature=entry.signature, entry_point=entry.name, k=str(k),
+                calls="\n".join(args[:3]) or "(none shown)",
+                example=args[0] if args else "(first_argument, second_argument)")
+    return [{"role": "system", "content": load_template("testgen_system.txt")},
+            {"role": "user", "content": user}]
+
+
+GENERATOR_REPLY = "\n\n--- generate_inputs reply ---\n"  # joins the second reply to ``raw``
+
+
+def write_generators(backend: Any, jobs: list[tuple[str, EntryPoint]],
+                     written: list[tuple[ParsedTests, str]], cfg: TestGenConfig,
+                     seed: int) -> list[tuple[ParsedTests, str]]:
+    """``inputs_call = second_call``: ask for the generators; the reply is joined to ``raw``.
+
+    Only authors whose reply held tests are asked: their calls show the form of an input.
+    """
+    from pipeline.backends.base import SamplingParams
+
+    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.generator_max_tokens,
+                            seed=seed)
+    out = list(written)
+    todo = [i for i, (parsed, _) in enumerate(written) if parsed.tests]
+    for start in range(0, len(todo), cfg.batch_size):
+        batch = todo[start:start + cfg.batch_size]
+        replies = backend.chat([inputs_conversation(*jobs[i], written[i][0], cfg.inputs_per_author)
+                                for i in batch], params)
+        for i, reply in zip(batch, replies):
+            parsed, raw = written[i]
+            out[i] = (parsed, f"{raw}{GENERATOR_REPLY}{reply[0].text}")
+    return out
+
+
 def write_tests(backend: Any, jobs: list[tuple[str, EntryPoint]], cfg: TestGenConfig,
                 seed: int) -> list[tuple[ParsedTests, str]]:
     """One author's tests for each ``(instruction, entry point)``: ``(parsed, raw reply)``."""
     from pipeline.backends.base import SamplingParams
 
     params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=seed)
-    inputs = cfg.inputs_per_author if cfg.augment else None
+    inputs = cfg.inputs_per_author if cfg.augment and cfg.inputs_call == "same_reply" else None
     out: list[tuple[ParsedTests, str]] = []
     for start in range(0, len(jobs), cfg.batch_size):
         batch = jobs[start:start + cfg.batch_size]
@@ -302,6 +354,9 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
     if not cfg.authors:
         raise ValueError("tests.authors: no author configured (a run fills in its experts)")
     authors = list(cfg.authors)
+    unknown = sorted(set(cfg.generator_authors or ()) - set(authors))
+    if unknown:
+        raise ValueError(f"tests.generator_authors: {unknown} are not among tests.authors")
     answers: dict[str, list[dict]] = defaultdict(list)
     for row in table.select(["instruction_id", "instruction", "model", "code"]).to_pylist():
         answers[row["instruction_id"]].append(row)
@@ -309,9 +364,13 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
                for iid, rows in answers.items()}
     todo = [iid for iid in answers if entries[iid] is not None]
     written: dict[str, dict[str, tuple[ParsedTests, str]]] = defaultdict(dict)
+    jobs = [(answers[iid][0]["instruction"], entries[iid][0]) for iid in todo]
     for author in authors:
-        jobs = [(answers[iid][0]["instruction"], entries[iid][0]) for iid in todo]
-        for iid, result in zip(todo, write_tests(ctx.backend(author), jobs, cfg, ctx.seed)):
+        results = write_tests(ctx.backend(author), jobs, cfg, ctx.seed)
+        if cfg.augment and cfg.inputs_call == "second_call" and (
+                cfg.generator_authors is None or author in cfg.generator_authors):
+            results = write_generators(ctx.backend(author), jobs, results, cfg, ctx.seed)
+        for iid, result in zip(todo, results):
             written[iid][author] = result
 
     rows: dict[str, list[dict]] = {}
@@ -325,7 +384,11 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
                                  reason=NO_ENTRY_POINT) for a in authors)
             stats["instructions_no_entry_point"] += 1
             continue
-        generators = {a: extract_generator(raw) for a, (_, raw) in written[iid].items()} \
+        generators = {a: extract_generator(raw.rpartition(GENERATOR_REPLY)[2]
+                                           if cfg.inputs_call == "same_reply"
+                                           or GENERATOR_REPLY in raw else None)
+                      for a, (_, raw) in written[iid].items()
+                      if cfg.generator_authors is None or a in cfg.generator_authors} \
             if cfg.augment else {}
         rows[iid] = _written_rows(base, authors, written[iid], generators)
     pool = ctx.sandbox()

@@ -98,10 +98,13 @@ def _rows(result, iid):
 
 def test_the_authors_see_the_instructions_name_and_its_braces_unchanged(tested):
     _, authors, _ = tested
-    user = next(c[1]["content"] for c in authors["m1"].seen if "classify" in c[1]["content"])
-    assert CLASSIFY in user  # "{output}" in the instruction is not a slot
-    assert "def classify(n)" in user and "sign_class" not in user
-    assert "generate_inputs" in user and "4 new, varied, valid inputs" in user
+    tests, inputs = (c[1]["content"] for c in authors["m1"].seen if "classify" in c[1]["content"])
+    for user in (tests, inputs):
+        assert CLASSIFY in user  # "{output}" in the instruction is not a slot
+        assert "def classify(n)" in user and "sign_class" not in user
+    # the generator is asked for in a second request that shows the author's own arguments
+    assert "generate_inputs" not in tests
+    assert "4 new, varied, valid inputs" in inputs and "(0,)\n(5,)" in inputs
 
 
 def test_majority_agreed_outputs_become_assertions_and_the_disagreement_is_kept(tested):

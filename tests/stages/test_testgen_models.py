@@ -10,6 +10,7 @@ import pytest
 from pipeline.config import load_config
 from pipeline.context import RunContext, close_process_resources
 from stages.repair import RepairConfig, repair_loop
+from stages.suites import Suite
 from stages.testgen import TestGenConfig, run
 from stages.verify import execute
 
@@ -41,7 +42,8 @@ def test_real_author_writes_tests_that_separate_right_from_wrong(ctx):
     rows = [{"instruction_id": iid, "instruction": text, "model": f"m{k}", "code": code}
             for iid, (text, codes) in TASKS.items() for k, code in enumerate(codes)]
     answers = pa.Table.from_pylist(rows)
-    result = run(answers, TestGenConfig(authors=[MODEL], max_tokens=200), ctx)
+    # augmentation (a second request per task) is exercised by the smoke run, not here
+    result = run(answers, TestGenConfig(authors=[MODEL], max_tokens=200, augment=False), ctx)
     tests = result.table.to_pylist()
     assert {r["author"] for r in tests} == {MODEL}
     assert all(r["raw"] for r in tests)  # the reply is kept on every row
@@ -78,7 +80,9 @@ def test_real_author_gets_one_repair_round(ctx):
               "error_class": v.error_class, "error_message": v.error_message,
               "failed_test": v.failed_test, "stdout_tail": v.stdout_tail,
               "stderr_tail": v.stderr_tail, "duration_s": v.duration_s}
-    [out] = repair_loop([target], {"e1": tests}, ctx.backend, ctx.sandbox(),
+    suite = Suite("e1", "is_even", from_instruction=True, signature="def is_even(n)",
+                  arities=(1,), visible=tuple(tests[:1]), hidden=tuple(tests[1:]))
+    [out] = repair_loop([target], {"e1": suite}, ctx.backend, ctx.sandbox(),
                         RepairConfig(max_rounds=1, max_tokens=200),
                         {"timeout_s": 5, "memory_mb": None, "fail_fast": True}, seed=0)
     assert out["rounds"] == 1 and len(out["trajectory"]) == 2
