@@ -30,7 +30,8 @@ CSV or JSON-lines file.
                 {judge_a, judge_b, judge_tie}}
       per_judge / per_order / per_pair / by_difficulty: {name: agreement}
       position: {judge: {parsed, decisive, first_wins, ties, first_position_win_rate,
-                         both_orders, flips, flip_rate}}
+                         both_orders, flips, flip_rate, order_consistency}}  (single-order
+                         readings: the judge stage's order_verdict)
     self_preference: {judge: {battles, kin_share, others_kin_share, delta,
                               kin_failed_battles, kin_failed_picked}}
     threshold_sensitivity: [{threshold, executable_answers, accepted, acceptance_rate,
@@ -268,7 +269,7 @@ RATINGS_ARTIFACT = "rate/ratings.parquet"
 STAGE = StageSpec(
     name="audit", config=AuditConfig, run=run, source="verify", sharded=False,
     reads={"judge": ("instruction_id", "model_a", "model_b", "judge", "order", "verdict",
-                     "score_a", "score_b"),
+                     "score_a", "score_b", "order_verdict"),
            "difficulty": ("instruction_id", "difficulty"),
            "rate": ("instruction_id", "model", "winner"),
            "repair": REFINE_COLUMNS},

@@ -5,6 +5,9 @@ the execution status of both answers. Columns (``audit_rows`` validates them):
 
 * ``instruction_id, model_a, model_b, judge`` (str), ``order`` ("ab" | "ba"),
 * ``verdict`` ("a" | "b" | "tie" | null when unparsed, in terms of model_a / model_b),
+* ``order_verdict`` (same values), optional: this order's own reading before the judge stage
+  combined the two orders; position bias and order consistency are measured from it (from
+  ``verdict`` when absent, i.e. when each order's verdict is its own),
 * ``score_a, score_b`` (0-3 or null), optional,
 * ``status_a, status_b``: the verify status of each answer (``passed``, ``failed``,
   ``error``, ``timeout``, ``memory``, ``no_tests``), null when unknown,
@@ -49,6 +52,12 @@ def audit_rows(table: pd.DataFrame | pa.Table) -> pd.DataFrame:
         if bad.any():
             row, value = first_bad(df, bad, col)
             raise ValueError(f"audit table row {row}: {col} {value!r} not in {STATUSES}")
+    if "order_verdict" in df.columns:
+        bad = df["order_verdict"].notna() & ~df["order_verdict"].isin(("a", "b", "tie"))
+        if bad.any():
+            row, value = first_bad(df, bad, "order_verdict")
+            raise ValueError(f"audit table row {row}: order_verdict {value!r} is not 'a', 'b', "
+                             "'tie' or null")
     for col in ("score_a", "score_b"):
         if col not in df.columns:
             df[col] = np.nan
@@ -123,6 +132,29 @@ def majority_verdicts(battles: pd.DataFrame) -> pd.DataFrame:
     return g
 
 
+def single_order_readings(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with ``verdict`` replaced by each order's own reading (``order_verdict``).
+
+    The logprob and pointwise protocols put one combined verdict on both order rows, which
+    would show every judge as free of position bias; their single-order readings are what a
+    judge said when shown one order.
+    """
+    if "order_verdict" not in rows.columns:
+        return rows
+    return rows.assign(verdict=rows["order_verdict"])
+
+
+def position_bias(rows: pd.DataFrame) -> pd.DataFrame:
+    """Per judge, from single-order readings: ``first_position_rates`` plus
+    ``order_consistency`` (share of pairs, both readings parsed, whose readings agree)."""
+    readings = single_order_readings(rows)
+    if not readings["verdict"].notna().any():
+        return pd.DataFrame()
+    out = first_position_rates(readings)
+    out["order_consistency"] = 1.0 - out["flip_rate"]
+    return out
+
+
 def _pair_facts(rows: pd.DataFrame) -> pd.DataFrame:
     """Per (instruction, pair): execution verdict and difficulty bucket."""
     first = rows.groupby(PAIR_KEY, sort=True).first().reset_index()
@@ -148,8 +180,9 @@ def judge_agreement(table: pd.DataFrame | pa.Table, single_order: str = "drop") 
     Returns a dict with ``separated_battles``, ``majority`` (agreement of the judges' majority:
     accuracy, exact 95% interval, kappa, judge ties, ``confusion``), ``per_judge`` (each
     judge's order-resolved verdict), ``per_pair`` (majority, by unordered contestant pair),
-    ``per_order`` (single-order verdicts shown "ab" or "ba"), ``position`` (per judge:
-    first-position win rate and flip rate, see ``first_position_rates``) and
+    ``per_order`` (single-order readings shown "ab" or "ba"), ``position`` (per judge, from
+    single-order readings: first-position win rate, flip rate and order consistency, see
+    :func:`position_bias`) and
     ``by_difficulty`` (majority by pre-declared difficulty bucket, when available).
     """
     rows = audit_rows(table)
@@ -165,9 +198,9 @@ def judge_agreement(table: pd.DataFrame | pa.Table, single_order: str = "drop") 
     sep_battles = battles[battles["exec_verdict"].notna()]
     pair_name = np.where(sep["model_a"] < sep["model_b"], sep["model_a"] + " vs " + sep["model_b"],
                          sep["model_b"] + " vs " + sep["model_a"])
-    single = rows.merge(facts, on=PAIR_KEY, how="left")
+    single = single_order_readings(rows).merge(facts, on=PAIR_KEY, how="left")
     single = single[single["exec_verdict"].notna() & single["verdict"].notna()]
-    position = first_position_rates(rows) if rows["verdict"].notna().any() else pd.DataFrame()
+    position = position_bias(rows)
     out = {
         "separated_battles": len(sep),
         "battle_resolution": counts,
