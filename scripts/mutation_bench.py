@@ -6,20 +6,26 @@ problems:
 1. the run's experts answer the HumanEval prompt (the chat prompt of ``arenaforge eval``) and
    write tests for it through the pipeline's own ``answer`` and ``tests`` stages (their ``run``
    functions with the sections of ``--config``; the candidates the tests are cross-checked on
-   are the experts' answers, as in a run). Model requests go to the request cache of
+   are the experts' answers, as in a run). ``tests`` runs twice: with ``augment: false`` and
+   with ``augment: true`` (input generators, outputs trusted where the candidates agree); the
+   written tests are the same requests both times. Model requests go to the request cache of
    ``<workdir>/run``, so a rerun asks no model;
 2. the canonical solution's mutants (``scripts/ast_mutants.py``: seeded, at most ``--cap`` per
    problem) run on HumanEval's official tests; a mutant that passes them is counted as
    equivalent and left out;
-3. the canonical solution and every other mutant run on each suite of the problem's trusted
-   tests, as verify runs an answer (``stages.verify.execute``):
+3. the canonical solution and every other mutant are graded on each suite as verify grades an
+   answer (``stages.suites.trusted_suites`` and ``stages.grading.grade``: bound to the entry
+   point, fail-fast, verify's limits):
 
-   - ``written``: the written asserts that survive cross-checking;
-   - ``augmented``: those plus the augmented assertions (``kind = augmented``);
-   - ``hidden``: the hidden split plus the augmented assertions (the tests that certify an
-     answer after repair).
+   - ``asserts``: the written asserts that survive cross-checking without augmentation (the
+     ``augment: false`` run; visible and hidden);
+   - ``asserts+augmented``: every trusted test of the ``augment: true`` run (visible, hidden,
+     augmented: what certifies an original answer);
+   - ``hidden+augmented``: its hidden and augmented tests only (what certifies an answer after
+     repair, which has seen the visible ones).
 
-A suite *admits* a program when the program passes all of its tests. False admission is the
+A suite *admits* a program when the program, bound to the tests' entry point, passes all of
+its tests. False admission is the
 share of non-equivalent mutants a suite admits, false rejection the share of canonical
 solutions it rejects, each over the problems where the suite has at least one test (a problem
 without one is left to the judge gate in a run; counted as ``no_suite``), with exact
@@ -29,10 +35,11 @@ independent, so the intervals are narrower than a per-problem resampling would g
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -40,11 +47,9 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from scripts.ast_mutants import OPERATORS, mutants
+from stages.execution import PASSED
 
-SUITES = ("written", "augmented", "hidden")
-# Stages whose ``run`` turns HumanEval prompts into trusted tests, in order.
-CHAIN = ("answer", "tests")
-PASSED = "passed"
+SUITES = ("asserts", "asserts+augmented", "hidden+augmented")
 # HumanEval's check() runs all its asserts in one program (tests/stages/test_humaneval_verify).
 OFFICIAL_TIMEOUT_S = 10.0
 
@@ -57,90 +62,52 @@ def instruction(problem: dict[str, Any]) -> str:
     return fill(load_template(CHAT_TEMPLATE_FILE.name), prompt=problem["prompt"])
 
 
-def generate_tests(problems: list[dict], cfg: Any, run_dir: Path) -> dict[str, Any]:
-    """Run the ``CHAIN`` stages on the problems' prompts; their output tables and stats."""
-    from pipeline.context import RunContext
+def _run_stage(name: str, table: pa.Table, stage_cfg: Any, ctx: Any, out: Path) -> dict:
     from stages import get_stage
+
+    start = time.perf_counter()
+    result = get_stage(name).run(table, stage_cfg, ctx)
+    pq.write_table(result.table, out)
+    return {"table": result.table, "stats": dict(result.stats),
+            "seconds": round(time.perf_counter() - start, 1)}
+
+
+def generate_tests(problems: list[dict], cfg: Any, run_dir: Path) -> dict[str, Any]:
+    """The experts' answers, then the ``tests`` stage without and with augmentation."""
+    from pipeline.context import RunContext
 
     ctx = RunContext(run_dir, cfg)
     table = pa.Table.from_pylist([{"instruction_id": p["task_id"], "instruction": instruction(p),
                                    "language": "Python"} for p in problems])
-    out: dict[str, Any] = {}
-    for name in CHAIN:
-        start = time.perf_counter()
-        result = get_stage(name).run(table, cfg.stage_config(name), ctx)
-        table = result.table
-        out[name] = {"table": table, "stats": dict(result.stats),
-                     "seconds": round(time.perf_counter() - start, 1)}
-        pq.write_table(table, run_dir / f"{name}.parquet")
+    out = {"answer": _run_stage("answer", table, cfg.answer, ctx, run_dir / "answer.parquet")}
+    answers = out["answer"]["table"]
+    for key, augment in (("tests", False), ("tests_augmented", True)):
+        out[key] = _run_stage("tests", answers, cfg.tests.model_copy(update={"augment": augment}),
+                              ctx, run_dir / f"{key}.parquet")
     out["model_seconds"] = round(ctx.model_seconds, 1)
     out["cache"] = dict(ctx.cache)
     return out
 
 
-def suites_by_problem(tests: pa.Table) -> dict[str, dict[str, list[str]]]:
-    """Per instruction, the test code of each suite (``SUITES``), in author and index order.
+def condition_suites(plain: pa.Table, augmented: pa.Table) -> dict[str, dict[str, Any]]:
+    """Per suite of ``SUITES``, one ``stages.suites.Suite`` per instruction."""
+    from stages.suites import trusted_suites
 
-    Columns the ``tests`` stage does not write yet count as absent: no ``kind`` means every
-    test is written, no ``split`` means there is no hidden suite.
-    """
-    names = set(tests.column_names)
-    rows = sorted(tests.to_pylist(), key=lambda r: (r["instruction_id"], r["author"] or "",
-                                                    r["test_idx"]))
-    out: dict[str, dict[str, list[str]]] = defaultdict(lambda: {s: [] for s in SUITES})
-    for r in rows:
-        suites = out[r["instruction_id"]]
-        if not (r["survived"] and r["test_code"]):
-            continue
-        augmented = "kind" in names and r["kind"] == "augmented"
-        if not augmented:
-            suites["written"].append(r["test_code"])
-        suites["augmented"].append(r["test_code"])
-        if augmented or ("split" in names and r["split"] == "hidden"):
-            suites["hidden"].append(r["test_code"])
-    return dict(out)
+    with_aug = trusted_suites(augmented)
+    return {"asserts": trusted_suites(plain), "asserts+augmented": with_aug,
+            "hidden+augmented": {iid: dataclasses.replace(s, visible=())
+                                 for iid, s in with_aug.items()}}
 
 
-def _admits(per_test: tuple[str, ...], idx: list[int]) -> bool | None:
-    """Whether the tests ``idx`` all passed; ``None`` when a skipped one leaves it open."""
-    statuses = [per_test[i] for i in idx]
-    if any(s not in (PASSED, "skipped") for s in statuses):
-        return False
-    return None if "skipped" in statuses else True
+def admissions(pool: Any, items: list[tuple[str, Any]], timeout_s: float,
+               memory_mb: int | None) -> list[tuple[bool | None, Any]]:
+    """Per ``(program, suite)``: whether the suite admits the program (``None``: no suite or
+    an empty one) and verify's ``Graded`` for it."""
+    from stages.grading import grade
 
-
-def grade(pool: Any, programs: list[str], suites: list[dict[str, list[str]]],
-          timeout_s: float, memory_mb: int | None) -> list[dict[str, bool | None]]:
-    """Per program, whether each of its suites admits it (``None``: the suite is empty).
-
-    A program runs once against the union of its suites (verify's ``execute``, fail-fast on a
-    timeout); a suite left undecided by skipped tests is rerun on its own.
-    """
-    from stages.verify import execute
-
-    unions = [list(dict.fromkeys(t for s in SUITES for t in suite[s])) for suite in suites]
-    verdicts = execute(pool, list(zip(programs, unions)), timeout_s=timeout_s,
-                       memory_mb=memory_mb, fail_fast=True)
-    out: list[dict[str, bool | None]] = []
-    reruns: list[tuple[int, str]] = []
-    for i, (verdict, union, suite) in enumerate(zip(verdicts, unions, suites)):
-        per_test = verdict.per_test or (verdict.status,) * len(union)
-        position = {t: k for k, t in enumerate(union)}
-        row: dict[str, bool | None] = {}
-        for name in SUITES:
-            if not suite[name]:
-                row[name] = None
-                continue
-            row[name] = _admits(per_test, [position[t] for t in suite[name]])
-            if row[name] is None:
-                reruns.append((i, name))
-        out.append(row)
-    if reruns:
-        again = execute(pool, [(programs[i], suites[i][name]) for i, name in reruns],
-                        timeout_s=timeout_s, memory_mb=memory_mb, fail_fast=False)
-        for (i, name), verdict in zip(reruns, again):
-            out[i][name] = verdict.status == PASSED
-    return out
+    grades = grade(pool, items, timeout_s=timeout_s, memory_mb=memory_mb, fail_fast=True)
+    return [(None if suite is None or not suite.graded else g.verdict.status == PASSED, g)
+            for (_, suite), g in zip(items, grades)]
 
 
 def interval(k: int, n: int) -> dict[str, Any]:
@@ -156,7 +123,7 @@ def interval(k: int, n: int) -> dict[str, Any]:
 def score(problems: list[dict], mutant_rows: list[dict], canonical: dict[str, dict]
           ) -> dict[str, Any]:
     """False admission and false rejection per suite, overall and per mutation operator."""
-    live = [m for m in mutant_rows if not m["equivalent"]]
+    live = [m for m in mutant_rows if not m.get("equivalent")]
     table: dict[str, Any] = {}
     for name in SUITES:
         judged = [m for m in live if m["admitted"][name] is not None]
@@ -176,72 +143,114 @@ def score(problems: list[dict], mutant_rows: list[dict], canonical: dict[str, di
     return table
 
 
+def paired(live: list[dict], first: str, second: str) -> dict[str, Any]:
+    """Mutants judged by both suites: admitted by one only, each way, and the exact McNemar
+    p-value (a two-sided binomial test on those discordant mutants)."""
+    from scipy.stats import binomtest
+
+    both = [m for m in live if m["admitted"][first] is not None
+            and m["admitted"][second] is not None]
+    only_first = sum(bool(m["admitted"][first]) and not m["admitted"][second] for m in both)
+    only_second = sum(bool(m["admitted"][second]) and not m["admitted"][first] for m in both)
+    discordant = only_first + only_second
+    return {"first": first, "second": second, "mutants": len(both),
+            "admitted_by_first_only": only_first, "admitted_by_second_only": only_second,
+            "p_value": binomtest(only_first, discordant).pvalue if discordant else None}
+
+
+def _mutant_rows(problems: list[dict], cap: int, seed: int) -> list[dict]:
+    rows = []
+    for p in problems:
+        for m in mutants(p["prompt"] + p["canonical_solution"], p["entry_point"], cap=cap,
+                         seed=seed):
+            rows.append({"task_id": p["task_id"], "operator": m.operator, "line": m.line,
+                         "description": m.description, "source": m.source})
+    return rows
+
+
 def run_bench(cfg: Any, workdir: Path, n_problems: int, cap: int, seed: int) -> dict[str, Any]:
     """The whole bench; returns the JSON-ready result."""
     from pipeline.context import RunContext, close_process_resources
     from pipeline.evaluate import load_problems, problem_tests
-    from stages.verify import execute
+    from stages.execution import execute
 
     start, load_start = time.perf_counter(), os.getloadavg()
     problems = load_problems("humaneval", n_problems)
+    by_id = {p["task_id"]: p for p in problems}
     run_dir = workdir / "run"
     run_dir.mkdir(parents=True, exist_ok=True)
+    limits = {"timeout_s": cfg.verify.timeout_s, "memory_mb": cfg.verify.memory_mb}
     try:
         generated = generate_tests(problems, cfg, run_dir)
         model_wall = time.perf_counter() - start
-        suites = suites_by_problem(generated["tests"]["table"])
-        empty = {s: [] for s in SUITES}
+        suites = condition_suites(generated["tests"]["table"],
+                                  generated["tests_augmented"]["table"])
         pool = RunContext(run_dir, cfg).sandbox()
-        mutant_rows: list[dict] = []
-        for p in problems:
-            source = p["prompt"] + p["canonical_solution"]
-            for m in mutants(source, p["entry_point"], cap=cap, seed=seed):
-                mutant_rows.append({"task_id": p["task_id"], "operator": m.operator,
-                                    "line": m.line, "description": m.description,
-                                    "source": m.source})
-        by_id = {p["task_id"]: p for p in problems}
+        canonical_code = [p["prompt"] + p["canonical_solution"] for p in problems]
+        official_ok = execute(pool, [(c, [problem_tests(p)]) for c, p in
+                                     zip(canonical_code, problems)], timeout_s=OFFICIAL_TIMEOUT_S)
+        rows = _mutant_rows(problems, cap, seed)
         official = execute(pool, [(m["source"], [problem_tests(by_id[m["task_id"]])])
-                                  for m in mutant_rows], timeout_s=OFFICIAL_TIMEOUT_S)
-        for m, verdict in zip(mutant_rows, official):
+                                  for m in rows], timeout_s=OFFICIAL_TIMEOUT_S)
+        for m, verdict in zip(rows, official):
             m["equivalent"] = verdict.status == PASSED
-        live = [m for m in mutant_rows if not m["equivalent"]]
-        limits = {"timeout_s": cfg.verify.timeout_s, "memory_mb": cfg.verify.memory_mb}
-        programs = [p["prompt"] + p["canonical_solution"] for p in problems] + \
-            [m["source"] for m in live]
-        program_suites = [suites.get(p["task_id"], empty) for p in problems] + \
-            [suites.get(m["task_id"], empty) for m in live]
-        admitted = grade(pool, programs, program_suites, **limits)
-        canonical = {p["task_id"]: admitted[i] for i, p in enumerate(problems)}
-        for m, verdict in zip(live, admitted[len(problems):]):
-            m["admitted"] = verdict
-        canonical_ok = execute(pool, [(p["prompt"] + p["canonical_solution"], [problem_tests(p)])
-                                      for p in problems], timeout_s=OFFICIAL_TIMEOUT_S)
+        live = [m for m in rows if not m["equivalent"]]
+        programs = [(c, p["task_id"]) for c, p in zip(canonical_code, problems)] + \
+            [(m["source"], m["task_id"]) for m in live]
+        canonical: dict[str, dict] = {p["task_id"]: {} for p in problems}
+        bindings: dict[str, dict] = {p["task_id"]: {} for p in problems}
+        for m in live:
+            m["admitted"] = {}
+        for name in SUITES:
+            got = admissions(pool, [(code, suites[name].get(iid)) for code, iid in programs],
+                             **limits)
+            for p, (ok, graded) in zip(problems, got):
+                canonical[p["task_id"]][name] = ok
+                b = graded.binding
+                bindings[p["task_id"]][name] = (b.rule, b.bound_function) if b else None
+            for m, (ok, _) in zip(live, got[len(problems):]):
+                m["admitted"][name] = ok
     finally:
         close_process_resources()
-    tests_table = generated["tests"]["table"]
+    plain, augmented = (generated[k]["table"] for k in ("tests", "tests_augmented"))
+    per_problem = []
+    for p in problems:
+        iid, suite = p["task_id"], suites["asserts+augmented"].get(p["task_id"])
+        mine = [m for m in live if m["task_id"] == iid]
+        per_problem.append({
+            "task_id": iid, "entry_point": p["entry_point"],
+            "tests_entry_point": suite.entry_point if suite else None,
+            "tests": {n: len(suites[n][iid].graded) if iid in suites[n] else 0 for n in SUITES},
+            "canonical_admitted": canonical[iid], "canonical_binding": bindings[iid],
+            "mutants": len(mine),
+            "admitted": {n: sum(bool(m["admitted"][n]) for m in mine) for n in SUITES}})
     result = {
         "problems": len(problems),
-        "task_ids": [p["task_id"] for p in problems],
-        "canonical_pass_official": sum(v.status == PASSED for v in canonical_ok),
+        "canonical_pass_official": sum(v.status == PASSED for v in official_ok),
         "cap_per_problem": cap, "seed": seed,
-        "mutants": len(mutant_rows),
-        "equivalent_excluded": len(mutant_rows) - len(live),
+        "mutants": len(rows),
+        "equivalent_excluded": len(rows) - len(live),
         "mutants_scored": len(live),
-        "mutants_by_operator": dict(Counter(m["operator"] for m in mutant_rows)),
-        "suites": score(problems, mutant_rows, canonical),
-        "tests_per_suite": {s: sum(len(v[s]) for v in suites.values()) for s in SUITES},
-        "tests_written": sum(r["test_idx"] >= 0 for r in tests_table.to_pylist()),
-        "stage_stats": {name: generated[name]["stats"] for name in CHAIN},
-        "stage_seconds": {name: generated[name]["seconds"] for name in CHAIN},
+        "mutants_by_operator": dict(Counter(m["operator"] for m in rows)),
+        "entry_point_mismatch": [r["task_id"] for r in per_problem if r["tests_entry_point"]
+                                 and r["tests_entry_point"] != r["entry_point"]],
+        "suites": score(problems, live, canonical),
+        "paired": [paired(live, "asserts", other) for other in SUITES[1:]],
+        "tests_per_suite": {n: sum(len(s.graded) for s in suites[n].values()) for n in SUITES},
+        "tests_rows": {"plain": plain.num_rows, "augmented": augmented.num_rows},
+        "stage_stats": {k: generated[k]["stats"] for k in ("answer", "tests", "tests_augmented")},
+        "stage_seconds": {k: generated[k]["seconds"]
+                          for k in ("answer", "tests", "tests_augmented")},
         "model_seconds": generated["model_seconds"], "request_cache": generated["cache"],
         "model_part_wall_s": round(model_wall, 1),
         "wall_s": round(time.perf_counter() - start, 1),
         "load_avg_start": load_start, "load_avg_end": os.getloadavg(),
         "cpus": os.cpu_count(),
-        "canonical": canonical,
-        "mutant_rows": [{k: v for k, v in m.items() if k != "source"} for m in mutant_rows],
+        "per_problem": per_problem,
+        "config": {"answer": cfg.answer.model_dump(mode="json"),
+                   "tests": cfg.tests.model_dump(mode="json"), "verify_limits": limits},
     }
-    (workdir / "mutants.jsonl").write_text("".join(json.dumps(m) + "\n" for m in mutant_rows))
+    (workdir / "mutants.jsonl").write_text("".join(json.dumps(m) + "\n" for m in rows))
     return result
 
 
@@ -258,14 +267,23 @@ def render(result: dict[str, Any]) -> str:
             f"(cap {result['cap_per_problem']}/problem, seed {result['seed']}), "
             f"{result['equivalent_excluded']} equivalent on the official tests (excluded), "
             f"{result['mutants_scored']} scored")
-    columns = (f"{'suite':<10} {'problems':>8} {'tests':>6}  "
+    columns = (f"{'suite':<18} {'problems':>8} {'tests':>6}  "
                f"{'false admission (mutants), 95% CP':<40}  false rejection (canonical), 95% CP")
     lines = [head, columns]
     for name in SUITES:
         row = result["suites"][name]
-        lines.append(f"{name:<10} {row['problems_with_suite']:>8} "
+        lines.append(f"{name:<18} {row['problems_with_suite']:>8} "
                      f"{result['tests_per_suite'][name]:>6}  {_pct(row['false_admission']):<40}"
                      f"  {_pct(row['false_rejection'])}")
+    for pair in result["paired"]:
+        p = "n/a" if pair["p_value"] is None else f"{pair['p_value']:.3g}"
+        lines.append(f"paired over {pair['mutants']} mutants: admitted by {pair['first']} only "
+                     f"{pair['admitted_by_first_only']}, by {pair['second']} only "
+                     f"{pair['admitted_by_second_only']} (exact McNemar p = {p})")
+    if result.get("entry_point_mismatch"):
+        lines.append(f"tests call another function than HumanEval's entry point on "
+                     f"{len(result['entry_point_mismatch'])} problems: "
+                     f"{', '.join(result['entry_point_mismatch'])}")
     lines.append(f"wall {result['wall_s']:.0f} s (models {result['model_part_wall_s']:.0f} s, "
                  f"cache {result['request_cache']}), load {result['load_avg_start'][0]:.2f} -> "
                  f"{result['load_avg_end'][0]:.2f} on {result['cpus']} CPUs")
