@@ -23,14 +23,15 @@ def _acc(block: Mapping | None) -> str:
 
 def headline_table(card: Mapping) -> str:
     """One row per variant: accuracy with its exact interval, kappa, bias, cost."""
-    lines = ["| judge | protocol | reference | pairs | correct | accuracy [95% CI] | kappa | "
-             "same-model | cross-model | first position | order consistency | s/verdict |",
-             "|---|---|---|---:|---:|---|---:|---|---|---:|---:|---:|"]
+    lines = [("| judge | protocol | reference | pairs | correct | no verdict | accuracy [95% CI] "
+              "| kappa | same-model | cross-model | first position | order consistency | "
+              "s/verdict |"),
+             "|---|---|---|---:|---:|---:|---|---:|---|---|---:|---:|---:|"]
     for r in card["results"]:
         types = r["by_pair_type"]
         lines.append(
             f"| {r['judge']} | {r['protocol']} | {r['reference_kind']} | {r['n']} | "
-            f"{r['correct']} | {_pct(r['accuracy'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
+            f"{r['correct']} | {r['unparsed']} | {_pct(r['accuracy'])} [{_pct(r['ci_low'])}, {_pct(r['ci_high'])}]"
             f" | {_num(r['kappa'])} | {_acc(types.get('same_model'))} | "
             f"{_acc(types.get('cross_model'))} | {_num(r['first_position'])} | "
             f"{_num(r['order_consistency'])} | {_num(r['seconds_per_verdict'], '.1f')} |")
@@ -61,32 +62,32 @@ def card_markdown(card: Mapping, plots: Mapping[str, str]) -> str:
     parts = [
         f"# Judge card: {card['name']}",
         "",
-        f"{card['problems']} problems of {card['benchmark']}, {card['samples']} answers per "
+        (f"{card['problems']} problems of {card['benchmark']}, {card['samples']} answers per "
         f"contestant and problem at temperature {card['temperature']} ({answers}). "
         f"{p['count']} execution-separated pairs (one answer passes the official tests, the "
         f"other fails) from {p['problems']} problems: {p['same_model']} same-model, "
         f"{p['cross_model']} cross-model. Every pair judged in both orders; the judge saw "
-        f"{'each answer' if card.get('shown') == 'response' else 'the code block of each answer'}.",
+        f"{'each answer' if card.get('shown') == 'response' else 'the code block of each answer'}."),
         "",
-        "A verdict is correct when it names the passing answer (a tie or no verdict is wrong); "
+        ("A verdict is correct when it names the passing answer (a tie or no verdict is wrong); "
         "intervals are exact (Clopper-Pearson). First position: share of decisive "
         "single-order readings that chose the answer shown first (0.5 = no preference). Order "
-        "consistency: share of pairs whose two single-order readings agree.",
+        "consistency: share of pairs whose two single-order readings agree."),
         "",
         headline_table(card),
         "",
         "## Biases and difficulty",
         "",
-        "Length: how often the verdict picked the failing answer when it is the longer / the "
+        ("Length: how often the verdict picked the failing answer when it is the longer / the "
         "shorter one. Self-preference (cross-model pairs with one contestant of the judge's "
         "family): how often the verdict picked the kin when the kin failed, and the other "
         "contestant when it failed. Difficulty: the problem's pass rate over all answers "
-        "(hard < 25% <= medium < 60% <= easy).",
+        "(hard < 25% <= medium < 60% <= easy)."),
         "",
         bias_table(card),
         "",
-        f"Command: `{card['command']}`; wall time {card['wall_s'] / 60:.1f} min on "
-        f"{card['processor']}.",
+        (f"Command: `{card['command']}`; wall time {card['wall_s'] / 60:.1f} min on "
+        f"{card['processor']}."),
     ]
     for title, name in plots.items():
         parts += ["", f"![{title}]({name})"]

@@ -39,7 +39,8 @@ def load_benchmark(problems: str, limit: int | None) -> list[dict[str, Any]]:
         row = json.loads(line)
         for field in ("task_id", "prompt", "entry_point", "test", "canonical_solution"):
             if not isinstance(row.get(field), str):
-                raise ValueError(f"{problems} line {i}: field {field!r} missing or not a string")
+                raise ValueError(  # noqa: TRY004 (bad data in a file, not a bad argument)
+                    f"{problems} line {i}: field {field!r} missing or not a string")
         out.append(row)
     return out[:limit] if limit is not None else out
 
