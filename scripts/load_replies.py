@@ -149,6 +149,8 @@ class Expert:
 
     def tests(self, user: str, seed: object) -> str:
         instruction = _fenced(user)
+        if "def generate_inputs" in user:
+            return self.generator(instruction, user, seed)
         n = int(m.group(1)) if (m := re.search(r"Write (\d+) independent", user)) else 3
         task = task_of(instruction)
         if task is None:
@@ -165,6 +167,17 @@ class Expert:
                 want = [want] if not isinstance(want, int) else want + 1
             lines.append(f"assert {fam.fn}({', '.join(map(repr, args))}) == {want!r}")
         return "```python\n" + "\n".join(lines) + "\n```"
+
+    def generator(self, instruction: str, user: str, seed: object) -> str:
+        """The tests stage's second request: an input generator (literal argument tuples)."""
+        k = int(m.group(1)) if (m := re.search(r"a list of (\d+) new", user)) else 5
+        task = task_of(instruction)
+        if task is None:
+            return "```python\ndef generate_inputs():\n    return [(1,), (2,)]\n```"
+        fam, p = task
+        rng = rng_for(self.name, "inputs", instruction, seed)
+        inputs = ", ".join(repr(tuple(fam.inputs(rng, p))) for _ in range(k))
+        return f"```python\ndef generate_inputs():\n    return [{inputs}]\n```"
 
     def repair(self, instruction: str, seed: object) -> str:
         task = task_of(instruction)
