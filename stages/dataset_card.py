@@ -193,6 +193,8 @@ def verification_section(info: CardInfo) -> list[str]:
                                       "calibrated gate below.",
                  "selected": "they were admitted without any check (`admit: selected`).",
                  }.get(info.admit, "they are not in this dataset.")
+    if not info.without_tests:
+        untested = "no row lacks tests: every answer here ran against trusted tests."
     lines = ["## Verification and what it covers", "",
              (f"- `verified` ({info.verified} of {total} rows): the answer passed its program "
               "gate (the hidden and augmented tests, never shown to the model) and every other "

@@ -44,6 +44,7 @@ from pydantic import Field
 from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from stages.dataset_card import CardInfo, render_card
 from stages.emit_provenance import (
+    CARRIED,
     JUDGE_COLUMNS,
     ORIGIN_COLUMNS,
     PROVENANCE_SCHEMA,
@@ -381,6 +382,7 @@ STAGE = StageSpec(
            "rate": ("instruction_id", "model", "final_score", "elo"),
            "audit": ("instruction_id", "model", "gate_admitted", "judge_score")},
     artifacts=(METRICS_ARTIFACT,),
-    inputs=("instruction_id", "instruction", "model", "response", "status", "selected"),
+    inputs=("instruction_id", "instruction", "model", "response", "status", "selected",
+            *CARRIED),
     outputs=tuple(SFT_SCHEMA.names),
 )

@@ -50,6 +50,8 @@ PROVENANCE_SCHEMA = pa.schema([
     ("program_gate", pa.string()),
 ])
 ORIGIN_COLUMNS = ("instruction_id", "miner", "template")  # read from clean
+# carried by the repair rows (verify's grading and selection columns, repair's own)
+CARRIED = tuple(n for n in PROVENANCE_SCHEMA.names if n not in ("miner", "template", "judges"))
 JUDGE_COLUMNS = ("instruction_id", "judge")  # read from judge
 
 

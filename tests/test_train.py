@@ -26,6 +26,7 @@ def _emit(out_dir: Path, n: int = 4, holdout: float = 0.0) -> list[Path]:
         "instruction": [t for t, _ in tasks], "response": [r for _, r in tasks],
         "model": ["qwen2.5-coder-0.5b"] * n,
         "status": ["passed" if i % 2 == 0 else "failed" for i in range(n)],
+        "program_gate": ["pass" if i % 2 == 0 else "fail" for i in range(n)],
     })
     sft = build_sft_rows(table, system_prompt=None, run_id="t", config_hash="h")
     return write_dataset(sft, out_dir, shard_rows=3, holdout_fraction=holdout, seed=0)

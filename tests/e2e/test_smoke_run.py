@@ -9,6 +9,10 @@ import pyarrow.parquet as pq
 import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
+PROVENANCE = ("repaired", "repair_rounds", "replaced_judge_pick", "judge_pick", "selection_rule",
+              "miner", "template", "judges", "tests_visible_passed", "tests_hidden_passed",
+              "tests_augmented_passed", "tests_visible", "tests_hidden", "tests_augmented",
+              "probe_gate", "program_gate")
 
 
 @pytest.mark.slow
@@ -35,6 +39,14 @@ def test_smoke_config_runs_every_stage_and_emits_a_loadable_dataset(tmp_path):
     metrics = json.loads((run_dir / "audit" / "metrics.json").read_text())
     assert metrics["schema_version"] == 1
     assert (run_dir / "audit" / "report.html").stat().st_size > 10_000
+    # Refine@k for k = 0..R (smoke: R = 1) over the same tested answers, and both gates
+    assert [r["k"] for r in metrics["refine_at_k"]] == [0, 1]
+    # the audit counts from the repair rows what the repair stage counted as it went
+    repair = stats["repair"]["stats"]
+    assert [(r["passed"], r["n"]) for r in metrics["refine_at_k"]] == [
+        (repair[f"refine.passed_within.{k}"], repair["refine.tested"]) for k in (0, 1)]
+    assert metrics["gates"]["rows"] == stats["verify"]["rows_out"]
+    assert set(metrics["gate"]["splits"]) == {"calibration", "held_out"}
 
     from datasets import load_dataset
     from trl.data_utils import is_conversational
@@ -44,7 +56,18 @@ def test_smoke_config_runs_every_stage_and_emits_a_loadable_dataset(tmp_path):
     ds = load_dataset("parquet", data_files=files, split="train")
     assert len(ds) == stats["emit"]["rows_out"]
     assert all(is_conversational(row) for row in ds)
-    assert (run_dir / "dataset" / "README.md").is_file()
+    card = (run_dir / "dataset" / "README.md").read_text()
+    assert "does not carry over" in card
+    # issue #22's provenance columns, exactly these names, in the loaded dataset
+    assert set(PROVENANCE) <= set(ds.column_names)
+    for row in ds:
+        assert row["probe_gate"] is not None and row["program_gate"] is not None
+        assert row["selection_rule"] is not None
+        assert not row["verified"] or (row["status"] == "passed"
+                                       and row["program_gate"] == "pass")
+        assert row["judges"] == ["smollm2-135m"]
+        assert row["miner"] == "qwen2.5-coder-0.5b"
+        assert row["tests_hidden_passed"] <= row["tests_hidden"]
 
     # A second run finds everything complete and recomputes nothing.
     markers = {p: p.stat().st_mtime_ns for p in run_dir.glob("stages/*/part-*.done.json")}

@@ -295,7 +295,7 @@ def test_stage_writes_dataset_and_card_and_counts_drops(tmp_path):
     assert header["configs"][0]["data_files"] == [{"split": "train", "path": "train-*.parquet"}]
     for expected in ("Gemma Terms of Use", "Apache-2.0", "all-MiniLM-L6-v2", "| mine | 10 | 8 |",
                      "empty_response: 1", "not_selected: 4", "`verified` (2 of 3 rows)",
-                     "`repaired` (1 rows)", "0 rows have no usable tests",
+                     "`repaired` (1 rows)", "no row lacks tests",
                      "mean judge score is at least 2.5",
                      "(40 instructions, 80 answers)", ("3 of the 30 admitted answers failed "
                      "(10.0%, exact 95% interval 2.1-26.5%)"), ("**What it does not cover:** the 0 "
