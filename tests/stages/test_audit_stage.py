@@ -27,6 +27,8 @@ class RegistryContext(TableContext):
 def split_tables(rows: pd.DataFrame, untested: int = 30):
     """Audit rows -> (judge table, verify table), some instructions without tests."""
     judge = rows.drop(columns=["status_a", "status_b", "difficulty"])
+    # the synthetic judges' orders are separate verdicts: each order's reading is its verdict
+    judge["order_verdict"] = judge["verdict"]
     sides = pd.concat([
         rows[["instruction_id", "model_a", "status_a"]].set_axis(
             ["instruction_id", "model", "status"], axis=1),
