@@ -96,13 +96,13 @@ class TestGenConfig(StageConfig):
         "second_call", description="same_reply: the generator in the test-writing reply; "
         "second_call: a second request that shows the author's own argument tuples")
     inputs_per_author: int = Field(
-        8, ge=1, le=50, description="generated inputs asked of and kept per author")
+        6, ge=1, le=50, description="generated inputs asked of and kept per author")
     generator_authors: list[str] | None = Field(
         None, description="the authors asked for a generator; None: every author (the inputs "
         "need not be independent, the candidates' outputs on them are what is compared)")
     generator_max_tokens: int = Field(
-        96, ge=16, description="second_call: reply limit (a list of 8 small tuples is ~60 "
-        "tokens; the small models run on past it, and the cut list is closed)")
+        64, ge=16, description="second_call: reply limit (6 small tuples and the def are ~45 "
+        "tokens; the small models list on past the number asked, and the cut list is closed)")
     max_tokens: int = Field(384, ge=16)
     temperature: float = Field(0.0, ge=0)
     # Large by default: the llama.cpp backend refills a finished sequence's slot from the
