@@ -362,6 +362,13 @@ class RunStore:
         (the class docstring): these caches are read by local code (SQLite, glob of Parquet
         parts), and losing one only costs recomputation.
         """
+        path = self.cache_path(name)
+        path.mkdir(parents=True, exist_ok=True)
+        return path
+
+    def cache_path(self, name: str) -> Path:
+        """Where ``cache_dir(name)`` is, without creating it (a run that fails its checks
+        leaves no directory behind)."""
         if self.remote:
             digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
             from pipeline.models.weights import cache_root
@@ -372,7 +379,6 @@ class RunStore:
         path = base / name
         if not path.resolve().is_relative_to(base.resolve()):
             raise StoreError(f"cache name {name!r} leaves the cache directory")
-        path.mkdir(parents=True, exist_ok=True)
         return path
 
     def request_cache(self, store: str) -> tuple[Path | str, str]:
@@ -392,7 +398,7 @@ class RunStore:
                              f"{self.location} is remote: use files (or auto)")
         if store == "files":
             return fsys.join(self.root, "cache", "requests"), store
-        return self.cache_dir("requests"), store
+        return self.cache_path("requests"), store
 
     def completed(self) -> dict[str, dict[str, Any]]:
         """``{stage: its _SUCCESS record}`` of every complete stage in the run directory."""
