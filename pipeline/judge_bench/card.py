@@ -129,7 +129,10 @@ def variant_result(variant, rows: pd.DataFrame, pairs: pd.DataFrame,
         "by_difficulty": {k: _accuracy(g) for k, g in frame.groupby("difficulty", sort=True)},
         "length_bias": length_bias(frame),
         "self_preference": self_preference(frame, variant.judge, families),
-        "seconds_per_verdict": float(frame["seconds"].mean()) if len(frame) else None,
+        # over the chunks judged without the request cache's help (null: none was)
+        "seconds_per_verdict": float(frame["seconds"].mean())
+        if frame["seconds"].notna().any() else None,
+        "seconds_measured_pairs": int(frame["seconds"].notna().sum()),
     })
 
 

@@ -39,6 +39,11 @@ def _slug(name: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+-]+", "_", name)
 
 
+def _cache_stats(backend) -> dict[str, int]:
+    stats = getattr(backend, "cache_stats", None)
+    return stats() if callable(stats) else {"hits": 0, "misses": 0}
+
+
 def chunk_digest(battles: Sequence[jp.Battle], judge_cfg, protocol: jp.JudgeProtocol) -> str:
     payload = json.dumps([[list(b.key), b.answer_a, b.answer_b, b.reference, b.instruction]
                           for b in battles] + [judge_cfg.model_dump(mode="json")]
@@ -50,7 +55,8 @@ def judge_variant(variant, battles: Sequence[jp.Battle], pair_ids: Sequence[str]
                   backend_for: Callable[[str], object], out_dir: Path, chunk_pairs: int,
                   seed: int, progress: Callable[[str], None] = print) -> pa.Table:
     """The judge stage's rows of ``battles`` (both orders) plus ``pair_id, variant, seconds``
-    (wall seconds of the chunk's judging per pair, as first measured).
+    (wall seconds of the chunk's judging per pair, as first measured; null when the request
+    cache answered part of the chunk).
 
     ``backend_for`` is called only when a chunk is not saved yet.
     """
@@ -63,10 +69,14 @@ def judge_variant(variant, battles: Sequence[jp.Battle], pair_ids: Sequence[str]
         ids = list(pair_ids[start:start + chunk_pairs])
         path = folder / f"{start:05d}-{chunk_digest(chunk, judge_cfg, protocol)}.parquet"
         if not path.exists():
+            backend = backend_for(variant.judge)
+            before = _cache_stats(backend)
             began = time.perf_counter()
-            rows = judge_stage.judge_with(protocol, backend_for(variant.judge), variant.judge,
-                                          chunk, judge_cfg, seed)
+            rows = judge_stage.judge_with(protocol, backend, variant.judge, chunk, judge_cfg,
+                                          seed)
             per_pair = (time.perf_counter() - began) / len(chunk)
+            if _cache_stats(backend)["hits"] > before["hits"]:
+                per_pair = None  # partly answered by the request cache: not a cost measurement
             by_key = {b.key: pid for b, pid in zip(chunk, ids, strict=True)}
             for r in rows:
                 r.update(pair_id=by_key[(r["instruction_id"], r["model_a"], r["model_b"])],
@@ -76,8 +86,8 @@ def judge_variant(variant, battles: Sequence[jp.Battle], pair_ids: Sequence[str]
             tmp = path.with_suffix(".tmp")
             pq.write_table(pa.Table.from_pylist(rows, schema=schema), tmp)
             tmp.replace(path)
-            progress(f"  {variant.name}: pairs {start + len(chunk)}/{len(battles)} "
-                     f"({per_pair:.1f} s/pair)")
+            cost = "cached" if per_pair is None else f"{per_pair:.1f} s/pair"
+            progress(f"  {variant.name}: pairs {start + len(chunk)}/{len(battles)} ({cost})")
         tables.append(pq.read_table(path))
     if not tables:
         return pa.table({})

@@ -40,7 +40,9 @@ def headline_table(card: Mapping) -> str:
 
 def bias_table(card: Mapping) -> str:
     """Length bias, self-preference and accuracy by difficulty per variant."""
-    levels = sorted({d for r in card["results"] for d in r["by_difficulty"]})
+    seen = {d for r in card["results"] for d in r["by_difficulty"]}
+    levels = [d for d in ("hard", "medium", "easy") if d in seen] + sorted(
+        seen - {"hard", "medium", "easy"})
     head = ("| variant | picks failing when longer | picks failing when shorter | "
             "kin failed, picked | other failed, picked | "
             + " | ".join(f"{d}" for d in levels) + " |")
@@ -71,7 +73,8 @@ def card_markdown(card: Mapping, plots: Mapping[str, str]) -> str:
         "",
         ("A verdict is correct when it names the passing answer (a tie or no verdict is wrong); "
         "intervals are exact (Clopper-Pearson). First position: share of decisive "
-        "single-order readings that chose the answer shown first (0.5 = no preference). Order "
+        "single-order readings that chose the answer shown first (pointwise protocols: the "
+         "answer scored first, alone, before the other; 0.5 = no preference). Order "
         "consistency: share of pairs whose two single-order readings agree."),
         "",
         headline_table(card),
