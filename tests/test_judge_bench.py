@@ -142,6 +142,10 @@ def test_judge_that_always_picks_the_first_position_gets_preference_one(protocol
     assert result["first_position"] == 1.0
     assert result["first_position_detail"]["n"] == 2 * len(bench_pairs())
     assert result["order_consistency"] == 0.0  # each order names the other answer
+    if not jp.PROTOCOLS[protocol].shows_pair:  # alone, every answer scores 3: all ties
+        assert result["alone_accuracy"]["ties"] == len(bench_pairs())
+    else:
+        assert result["alone_accuracy"] is None
 
 
 @pytest.mark.parametrize("protocol", PROTOCOLS)
@@ -154,6 +158,8 @@ def test_judge_that_prefers_one_model_scores_half_on_same_model_pairs(protocol):
     assert (same["k"], same["n"]) == (2, 4)  # the model shortcut is no help here: chance
     assert (cross["k"], cross["n"]) == (2, 4)  # right exactly when q is the one that passes
     assert result["first_position"] == 0.5 and result["order_consistency"] == 1.0
+    if not jp.PROTOCOLS[protocol].shows_pair:  # position plays no part: alone says the same
+        assert result["alone_accuracy"]["k"] == result["correct"] == 4
     sp = result["self_preference"]  # the stub shares q's family: q gets away with failing
     assert sp["kin_failed_picked"]["rate"] == 1.0 and sp["other_failed_picked"]["rate"] == 0.0
 

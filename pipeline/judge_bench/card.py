@@ -107,6 +107,20 @@ def self_preference(frame: pd.DataFrame, judge: str, families: Mapping[str, str]
             "other_failed_picked": rest, "delta": delta}
 
 
+def alone_verdicts(rows: pd.DataFrame) -> pd.Series | None:
+    """Sequential pointwise protocols: the verdict of the first-scored readings alone (each
+    answer scored on its own, as StackEval and this protocol's first round do), per pair_id;
+    None for the pair protocols."""
+    if not rows["protocol"].isin(("pointwise", "pointwise_logprob")).all():
+        return None
+    col = {"pointwise": "score", "pointwise_logprob": "expected_score"}[rows["protocol"].iloc[0]]
+    ab = rows[rows["order"] == "ab"].set_index("pair_id")[f"{col}_a"]
+    ba = rows[rows["order"] == "ba"].set_index("pair_id")[f"{col}_b"].reindex(ab.index)
+    verdict = np.where(ab > ba, "a", np.where(ab < ba, "b", "tie"))
+    return pd.Series(np.where(ab.isna() | ba.isna(), None, verdict), index=ab.index,
+                     dtype=object)
+
+
 def variant_result(variant, rows: pd.DataFrame, pairs: pd.DataFrame,
                    families: Mapping[str, str]) -> dict:
     """One variant's card entry (the ``results`` item of ``card.json``)."""
@@ -115,6 +129,9 @@ def variant_result(variant, rows: pd.DataFrame, pairs: pd.DataFrame,
     fp = first_position(frame["reading_ab"], frame["reading_ba"])
     oc = order_consistency(frame["reading_ab"], frame["reading_ba"])
     readings = pd.concat([frame["reading_ab"], frame["reading_ba"]]).to_numpy(dtype=object)
+    alone = alone_verdicts(rows)
+    alone_acc = None if alone is None else _accuracy(
+        frame.assign(verdict=frame["pair_id"].map(alone)))
     truth = np.concatenate([frame["passed"].to_numpy(dtype=object)] * 2)
     return jsonable({
         "variant": variant.name, "judge": variant.judge, "protocol": variant.protocol,
@@ -125,6 +142,7 @@ def variant_result(variant, rows: pd.DataFrame, pairs: pd.DataFrame,
         "first_position": fp["rate"], "first_position_detail": fp,
         "order_consistency": oc["rate"], "order_consistency_detail": oc,
         "single_order_accuracy": proportion(int((readings == truth).sum()), len(readings)),
+        "alone_accuracy": alone_acc,
         "by_pair_type": {k: _accuracy(g) for k, g in frame.groupby("pair_type", sort=True)},
         "by_difficulty": {k: _accuracy(g) for k, g in frame.groupby("difficulty", sort=True)},
         "length_bias": length_bias(frame),

@@ -43,14 +43,16 @@ def bias_table(card: Mapping) -> str:
     seen = {d for r in card["results"] for d in r["by_difficulty"]}
     levels = [d for d in ("hard", "medium", "easy") if d in seen] + sorted(
         seen - {"hard", "medium", "easy"})
-    head = ("| variant | picks failing when longer | picks failing when shorter | "
+    head = ("| variant | single-order readings correct | scored alone only | "
+            "picks failing when longer | picks failing when shorter | "
             "kin failed, picked | other failed, picked | "
             + " | ".join(f"{d}" for d in levels) + " |")
-    lines = [head, "|---" * (5 + len(levels)) + "|"]
+    lines = [head, "|---" * (7 + len(levels)) + "|"]
     for r in card["results"]:
         lb, sp = r["length_bias"], r["self_preference"] or {}
         lines.append(
-            f"| {r['variant']} | {_acc(lb['failing_longer'])} | {_acc(lb['failing_shorter'])} | "
+            f"| {r['variant']} | {_acc(r['single_order_accuracy'])} | "
+            f"{_acc(r.get('alone_accuracy'))} | {_acc(lb['failing_longer'])} | {_acc(lb['failing_shorter'])} | "
             f"{_acc(sp.get('kin_failed_picked'))} | {_acc(sp.get('other_failed_picked'))} | "
             + " | ".join(_acc(r["by_difficulty"].get(d)) for d in levels) + " |")
     return "\n".join(lines)
