@@ -158,6 +158,18 @@ def paired(live: list[dict], first: str, second: str) -> dict[str, Any]:
             "p_value": binomtest(only_first, discordant).pvalue if discordant else None}
 
 
+def summary(problems: list[dict], live: list[dict], canonical: dict[str, dict],
+            suites: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The scores of one set of problems: per suite, paired against ``asserts``, test counts."""
+    ids = {p["task_id"] for p in problems}
+    mine = [m for m in live if m["task_id"] in ids]
+    return {"problems": len(problems), "mutants_scored": len(mine),
+            "suites": score(problems, mine, canonical),
+            "paired": [paired(mine, SUITES[0], other) for other in SUITES[1:]],
+            "tests_per_suite": {n: sum(len(s.graded) for iid, s in suites[n].items()
+                                       if iid in ids) for n in SUITES}}
+
+
 def _mutant_rows(problems: list[dict], cap: int, seed: int) -> list[dict]:
     rows = []
     for p in problems:
@@ -224,19 +236,21 @@ def run_bench(cfg: Any, workdir: Path, n_problems: int, cap: int, seed: int) -> 
             "canonical_admitted": canonical[iid], "canonical_binding": bindings[iid],
             "mutants": len(mine),
             "admitted": {n: sum(bool(m["admitted"][n]) for m in mine) for n in SUITES}})
+    mismatch = [r["task_id"] for r in per_problem
+                if r["tests_entry_point"] and r["tests_entry_point"] != r["entry_point"]]
     result = {
-        "problems": len(problems),
         "canonical_pass_official": sum(v.status == PASSED for v in official_ok),
         "cap_per_problem": cap, "seed": seed,
         "mutants": len(rows),
         "equivalent_excluded": len(rows) - len(live),
         "mutants_scored": len(live),
         "mutants_by_operator": dict(Counter(m["operator"] for m in rows)),
-        "entry_point_mismatch": [r["task_id"] for r in per_problem if r["tests_entry_point"]
-                                 and r["tests_entry_point"] != r["entry_point"]],
-        "suites": score(problems, live, canonical),
-        "paired": [paired(live, "asserts", other) for other in SUITES[1:]],
-        "tests_per_suite": {n: sum(len(s.graded) for s in suites[n].values()) for n in SUITES},
+        "entry_point_mismatch": mismatch,
+        **summary(problems, live, canonical, suites),
+        # a mutant of the HumanEval function cannot fail tests of another function (a helper
+        # the prompt shows first): these problems measure the entry-point choice, not the tests
+        "matching_entry_point": summary([p for p in problems if p["task_id"] not in mismatch],
+                                        live, canonical, suites),
         "tests_rows": {"plain": plain.num_rows, "augmented": augmented.num_rows},
         "stage_stats": {k: generated[k]["stats"] for k in ("answer", "tests", "tests_augmented")},
         "stage_seconds": {k: generated[k]["seconds"]
@@ -257,33 +271,40 @@ def run_bench(cfg: Any, workdir: Path, n_problems: int, cap: int, seed: int) -> 
 def _pct(cell: dict[str, Any]) -> str:
     if cell["n"] == 0:
         return "n/a (no suite)"
-    return (f"{100 * cell['rate']:5.1f}% [{100 * cell['ci_low']:4.1f}, {100 * cell['ci_high']:4.1f}]"
-            f"  ({cell['k']}/{cell['n']})")
+    low, high = 100 * cell["ci_low"], 100 * cell["ci_high"]
+    return f"{100 * cell['rate']:5.1f}% [{low:4.1f}, {high:4.1f}]  ({cell['k']}/{cell['n']})"
+
+
+def _block(part: dict[str, Any]) -> list[str]:
+    header = (f"{'suite':<18} {'problems':>8} {'tests':>6}  "
+              f"{'false admission (mutants), 95% CP':<40}  false rejection (canonical), 95% CP")
+    lines = [header]
+    for name in SUITES:
+        row = part["suites"][name]
+        lines.append(f"{name:<18} {row['problems_with_suite']:>8} "
+                     f"{part['tests_per_suite'][name]:>6}  {_pct(row['false_admission']):<40}"
+                     f"  {_pct(row['false_rejection'])}")
+    for pair in part["paired"]:
+        p = "n/a" if pair["p_value"] is None else f"{pair['p_value']:.3g}"
+        lines.append(f"  paired over {pair['mutants']} mutants: admitted by {pair['first']} "
+                     f"only {pair['admitted_by_first_only']}, by {pair['second']} only "
+                     f"{pair['admitted_by_second_only']} (exact McNemar p = {p})")
+    return lines
 
 
 def render(result: dict[str, Any]) -> str:
-    """The table that ``--mutants`` prints."""
+    """The tables that ``--mutants`` prints."""
     head = (f"{result['problems']} HumanEval problems, {result['mutants']} mutants "
             f"(cap {result['cap_per_problem']}/problem, seed {result['seed']}), "
             f"{result['equivalent_excluded']} equivalent on the official tests (excluded), "
             f"{result['mutants_scored']} scored")
-    columns = (f"{'suite':<18} {'problems':>8} {'tests':>6}  "
-               f"{'false admission (mutants), 95% CP':<40}  false rejection (canonical), 95% CP")
-    lines = [head, columns]
-    for name in SUITES:
-        row = result["suites"][name]
-        lines.append(f"{name:<18} {row['problems_with_suite']:>8} "
-                     f"{result['tests_per_suite'][name]:>6}  {_pct(row['false_admission']):<40}"
-                     f"  {_pct(row['false_rejection'])}")
-    for pair in result["paired"]:
-        p = "n/a" if pair["p_value"] is None else f"{pair['p_value']:.3g}"
-        lines.append(f"paired over {pair['mutants']} mutants: admitted by {pair['first']} only "
-                     f"{pair['admitted_by_first_only']}, by {pair['second']} only "
-                     f"{pair['admitted_by_second_only']} (exact McNemar p = {p})")
-    if result.get("entry_point_mismatch"):
+    lines = [head, *_block(result)]
+    mismatch, matching = result.get("entry_point_mismatch"), result.get("matching_entry_point")
+    if mismatch and matching:
         lines.append(f"tests call another function than HumanEval's entry point on "
-                     f"{len(result['entry_point_mismatch'])} problems: "
-                     f"{', '.join(result['entry_point_mismatch'])}")
+                     f"{len(mismatch)} problems ({', '.join(mismatch)}); without them: "
+                     f"{matching['problems']} problems, {matching['mutants_scored']} mutants")
+        lines += _block(matching)
     lines.append(f"wall {result['wall_s']:.0f} s (models {result['model_part_wall_s']:.0f} s, "
                  f"cache {result['request_cache']}), load {result['load_avg_start'][0]:.2f} -> "
                  f"{result['load_avg_end'][0]:.2f} on {result['cpus']} CPUs")
