@@ -29,16 +29,9 @@ def test_condition_suites_take_the_stage_rows_as_verify_does():
     assert suites["hidden+augmented"]["p"].graded == ("assert f(2) == 2", "assert f(3) == 3")
 
 
-@pytest.fixture(scope="module")
-def pool():
-    from pipeline.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
-
-    try:
-        pool = SandboxPool.from_config(SandboxConfig(workers=2))
-    except SandboxUnavailable as exc:
-        pytest.skip(f"sandbox isolation unavailable here: {exc}")
-    yield pool
-    pool.close()
+@pytest.fixture()
+def pool(sandbox_pool):
+    return sandbox_pool
 
 
 def test_admissions_bind_and_grade_in_the_real_sandbox(pool):
@@ -110,7 +103,7 @@ def test_mutants_mode_end_to_end_on_one_problem(tmp_path):
     import sys
     from pathlib import Path
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     out = tmp_path / "mutants.json"
     proc = subprocess.run(
         [sys.executable, str(root / "scripts" / "bench_verify.py"), "--mutants", "--problems", "1",
