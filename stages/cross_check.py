@@ -23,7 +23,14 @@ from collections.abc import Mapping, Sequence
 
 from stages.augment import Agreement, Outcome, majority
 from stages.selection import dual_agreement
-from stages.test_split import HIDDEN, assertion_source, author_agreement, reprs_agree, split_tests
+from stages.test_split import (
+    HIDDEN,
+    assertion_source,
+    author_agreement,
+    compares_floats,
+    reprs_agree,
+    split_tests,
+)
 
 CANDIDATE_PASS, AUTHOR_AGREEMENT, AUGMENTATION, MAJORITY = (
     "candidate_pass", "author_agreement", "augmentation", "majority")
@@ -80,6 +87,11 @@ def judge_written(rows: Sequence[dict], models: Sequence[str], passes: Sequence[
             row.update(survived=True, reason=None, trusted_by=AUGMENTATION)
         else:
             row.update(survived=False, reason=trust.reasons[t], trusted_by=None)
+        if row["trusted_by"] in (AUTHOR_AGREEMENT, AUGMENTATION) and compares_floats(
+                row["expected"]):
+            # trusted on values that agree within isclose: graded with the same tolerance (an
+            # exact `== 0.999` that no answer can meet was trusted, and failed everything)
+            row["test_code"] = assertion_source(row["call"], row["expected"])
     kept = [r for r in rows if r["survived"]]
     for row, split in zip(kept, split_tests(seed, instruction_id, len(kept))):
         row["split"] = split

@@ -60,12 +60,43 @@ def instruction_function_name(instruction: str | None) -> str | None:
     """
     if not instruction:
         return None
+    if (stub := _stub_function(instruction)) is not None:
+        return stub
     for form in _NAME_FORMS:
         for m in form.finditer(instruction):
             name = m.group(1)
             if name not in _NOT_A_NAME and not name.isupper():
                 return name
     return None
+
+
+def _stub_function(instruction: str) -> str | None:
+    """The function left to write when the instruction is (or holds) Python source.
+
+    HumanEval-style prompts define helpers first and end with the stub to implement (a body
+    of only a docstring, ``pass`` or ``...``): the first ``def`` would name a helper
+    (``is_palindrome`` before ``make_palindrome``).
+    """
+    sources = [instruction, *re.findall(r"```(?:python|py)?\n(.*?)```", instruction, re.DOTALL)]
+    for source in sources:
+        try:
+            tree = ast.parse(source)
+        except (SyntaxError, ValueError, RecursionError):
+            continue
+        stubs = [node.name for node in tree.body
+                 if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) and _is_stub(node)]
+        if stubs:
+            return stubs[-1]
+    return None
+
+
+def _is_stub(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    def empty(stmt: ast.stmt) -> bool:
+        return isinstance(stmt, ast.Pass) or (isinstance(stmt, ast.Expr)
+                                              and isinstance(stmt.value, ast.Constant)
+                                              and (isinstance(stmt.value.value, str)
+                                                   or stmt.value.value is Ellipsis))
+    return all(empty(stmt) for stmt in node.body)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -138,6 +138,11 @@ def _close(a, b):
 """
 
 
+def compares_floats(expected: str | None) -> bool:
+    """Whether a literal expected value holds a float (so agreement on it used ``isclose``)."""
+    return expected is not None and _has_float(literal(expected))
+
+
 def assertion_source(call: str, expected: str) -> str:
     """The test asserting ``call`` returns the literal ``expected``.
 

@@ -100,3 +100,24 @@ def test_split_is_seeded_and_at_least_half_hidden(n):
     others = [split_tests(seed, "iid", n) for seed in range(8)]
     if n > 2:
         assert len({tuple(s) for s in others}) > 1  # the seed decides, not the position
+
+
+def test_a_prompt_that_defines_helpers_first_names_the_stub_to_write():
+    # HumanEval/10's shape: a finished helper, then the function to implement (the mutation
+    # bench found the first `def` taken, so no mutant of the real function could fail)
+    prompt = ('def is_palindrome(string: str) -> bool:\n    """ Test if palindrome """\n'
+              '    return string == string[::-1]\n\n\n'
+              'def make_palindrome(string: str) -> str:\n    """ Find the shortest palindrome\n'
+              '    >>> make_palindrome(\'cat\')\n    \'catac\'\n    """\n')
+    assert instruction_function_name(prompt) == "make_palindrome"
+    fenced = "Complete this:\n```python\ndef helper(x):\n    return x\n\ndef solve(a):\n    ...\n```"
+    assert instruction_function_name(fenced) == "solve"
+
+
+def test_every_humaneval_prompt_names_its_entry_point():
+    from pipeline.evaluate import load_problems
+
+    problems = load_problems()
+    wrong = [p["task_id"] for p in problems
+             if instruction_function_name(p["prompt"]) != p["entry_point"]]
+    assert not wrong, wrong
