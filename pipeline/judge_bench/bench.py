@@ -187,8 +187,10 @@ def run_bench(cfg: BenchConfig, n_problems: int | None, out: Path, progress=prin
                 frame = rows.to_pandas()
                 families = {m: backends.family(m) for m in
                             {variant.judge, *cfg.contestants}}
-                results.append(card.variant_result(variant, frame, pd.DataFrame(pair_rows),
-                                                   families))
+                entry = card.variant_result(variant, frame, pd.DataFrame(pair_rows), families)
+                entry["seconds_per_verdict"], entry["seconds_measured_pairs"] = \
+                    judging.measured_seconds(variant, out)
+                results.append(entry)
             # written after every variant: a long bench shows its card while it runs
             result = write_card(cfg, out, problems, answers, counts, results, command, began)
     finally:

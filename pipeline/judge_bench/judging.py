@@ -25,6 +25,7 @@ from stages import judge_protocols as jp
 from stages.prompt_templates import load_template
 
 VERDICT_COLUMNS = ("pair_id", "variant", "seconds")
+MAX_HIT_SHARE = 0.2  # a chunk's seconds count as its cost when the cache answered at most this
 
 
 def battle(pair: dict, answers: dict[tuple[str, str], str], question: str,
@@ -56,7 +57,7 @@ def judge_variant(variant, battles: Sequence[jp.Battle], pair_ids: Sequence[str]
                   seed: int, progress: Callable[[str], None] = print) -> pa.Table:
     """The judge stage's rows of ``battles`` (both orders) plus ``pair_id, variant, seconds``
     (wall seconds of the chunk's judging per pair, as first measured; null when the request
-    cache answered part of the chunk).
+    cache answered more than ``MAX_HIT_SHARE`` of its requests).
 
     ``backend_for`` is called only when a chunk is not saved yet.
     """
@@ -75,8 +76,13 @@ def judge_variant(variant, battles: Sequence[jp.Battle], pair_ids: Sequence[str]
             rows = judge_stage.judge_with(protocol, backend, variant.judge, chunk, judge_cfg,
                                           seed)
             per_pair = (time.perf_counter() - began) / len(chunk)
-            if _cache_stats(backend)["hits"] > before["hits"]:
-                per_pair = None  # partly answered by the request cache: not a cost measurement
+            after = _cache_stats(backend)
+            hits = after["hits"] - before["hits"]
+            asked = hits + after["misses"] - before["misses"]
+            # Mostly answered by the request cache (a resumed or grown bench): no cost
+            # measurement. A few hits are answers whose code is identical to another's.
+            if asked and hits / asked > MAX_HIT_SHARE:
+                per_pair = None
             by_key = {b.key: pid for b, pid in zip(chunk, ids, strict=True)}
             for r in rows:
                 r.update(pair_id=by_key[(r["instruction_id"], r["model_a"], r["model_b"])],
@@ -92,3 +98,17 @@ def judge_variant(variant, battles: Sequence[jp.Battle], pair_ids: Sequence[str]
     if not tables:
         return pa.table({})
     return pa.concat_tables(tables)
+
+
+def measured_seconds(variant, out_dir: Path) -> tuple[float | None, int]:
+    """Mean judging seconds per pair over every chunk of ``variant`` ever judged under
+    ``out_dir`` without the request cache's help (also chunks of other ``max_pairs``
+    subsets: a grown subset re-judges its old pairs from the cache), and how many pairs."""
+    folder = out_dir / "verdicts" / _slug(variant.name)
+    per_pair: dict[str, float] = {}
+    for path in sorted(folder.glob("*.parquet")):
+        t = pq.read_table(path, columns=["pair_id", "seconds"]).to_pylist()
+        per_pair.update({r["pair_id"]: r["seconds"] for r in t if r["seconds"] is not None})
+    if not per_pair:
+        return None, 0
+    return sum(per_pair.values()) / len(per_pair), len(per_pair)
