@@ -204,3 +204,13 @@ def test_config_errors_name_the_problem():
         BenchConfig(contestants=["q"], variants=[Variant(judge="j", protocol="pairwise")] * 2)
     with pytest.raises(ValueError, match="extra"):
         BenchConfig(contestants=["q"], variants=[], sampels=3)
+
+
+def test_paired_reference_effect_counts_discordant_pairs_and_tests_them_exactly():
+    with_ = pd.Series([True, True, True, False, True], index=list("abcde"))
+    without = pd.Series([True, False, False, False, True, False], index=list("abcdef"))
+    got = card.paired_effect(with_, without)
+    assert got["pairs"] == 5 and (got["gained"], got["lost"]) == (2, 0)
+    assert (got["with"]["k"], got["without"]["k"]) == (4, 2)
+    assert got["p_mcnemar"] == pytest.approx(binomtest(2, 2).pvalue)
+    assert card.paired_effect(with_, pd.Series([True], index=["z"])) is None

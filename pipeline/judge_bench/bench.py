@@ -22,6 +22,7 @@ import pyarrow.parquet as pq
 
 from pipeline.judge_bench import card, judging, pairs, report, samples
 from pipeline.judge_bench.config import BenchConfig
+from stages.audit_stats import jsonable
 
 log = logging.getLogger(__name__)
 
@@ -167,6 +168,7 @@ def run_bench(cfg: BenchConfig, n_problems: int | None, out: Path, progress=prin
                  f"{counts['cross_model']} cross-model) from {counts['problems']} problems")
         texts = {(r["task_id"], r["sample_id"]): r["shown"] for r in answers}
         results: list[dict] = []
+        correct: dict[tuple, pd.Series] = {}  # (judge, protocol, reference) -> per pair
         result: dict = {}
         for variant in cfg.variants:
             chosen = pairs.subset(pair_rows, variant.max_pairs)
@@ -188,6 +190,12 @@ def run_bench(cfg: BenchConfig, n_problems: int | None, out: Path, progress=prin
                 families = {m: backends.family(m) for m in
                             {variant.judge, *cfg.contestants}}
                 entry = card.variant_result(variant, frame, pd.DataFrame(pair_rows), families)
+                key = (variant.judge, variant.protocol)
+                correct[(*key, variant.reference)] = card.pair_correct(
+                    frame, pd.DataFrame(pair_rows))
+                if variant.reference != "none" and (*key, "none") in correct:
+                    entry["reference_effect"] = jsonable(card.paired_effect(
+                        correct[(*key, variant.reference)], correct[(*key, "none")]))
                 entry["seconds_per_verdict"], entry["seconds_measured_pairs"] = \
                     judging.measured_seconds(variant, out)
                 results.append(entry)

@@ -121,6 +121,29 @@ def alone_verdicts(rows: pd.DataFrame) -> pd.Series | None:
                      dtype=object)
 
 
+def pair_correct(rows: pd.DataFrame, pairs: pd.DataFrame) -> pd.Series:
+    """Per pair_id: did the variant's verdict name the passing answer."""
+    frame = pair_verdicts(judge_frame(rows)).merge(pairs, on="pair_id", how="left")
+    return pd.Series((frame["verdict"] == frame["passed"]).to_numpy(), index=frame["pair_id"])
+
+
+def paired_effect(with_: pd.Series, without: pd.Series) -> dict | None:
+    """The same judge with and without a change (a reference) on the pairs both judged:
+    both accuracies, the discordant pairs and the exact McNemar p (two-sided binomial test on
+    the discordant pairs). None when no pair is shared."""
+    from scipy.stats import binomtest
+
+    shared = with_.index.intersection(without.index)
+    if shared.empty:
+        return None
+    a, b = with_[shared].astype(bool), without[shared].astype(bool)
+    gained, lost = int((a & ~b).sum()), int((~a & b).sum())
+    return {"pairs": len(shared), "with": proportion(int(a.sum()), len(shared)),
+            "without": proportion(int(b.sum()), len(shared)), "gained": gained, "lost": lost,
+            "p_mcnemar": float(binomtest(gained, gained + lost).pvalue)
+            if gained + lost else 1.0}
+
+
 def variant_result(variant, rows: pd.DataFrame, pairs: pd.DataFrame,
                    families: Mapping[str, str]) -> dict:
     """One variant's card entry (the ``results`` item of ``card.json``)."""

@@ -94,6 +94,18 @@ def card_markdown(card: Mapping, plots: Mapping[str, str]) -> str:
         (f"Command: `{card['command']}`; wall time {card['wall_s'] / 60:.1f} min on "
         f"{card['processor']}."),
     ]
+    effects = [r for r in card["results"] if r.get("reference_effect")]
+    if effects:
+        parts += ["", "## Reference effect", "",
+                  ("The same judge and protocol with and without the reference in its prompt, on "
+                  "the pairs both judged (exact McNemar test on the pairs where they differ)."),
+                  "", "| variant | pairs | with reference | without | gained | lost | p |",
+                  "|---|---:|---|---|---:|---:|---:|"]
+        for r in effects:
+            e = r["reference_effect"]
+            parts.append(f"| {r['variant']} | {e['pairs']} | {_acc(e['with'])} | "
+                         f"{_acc(e['without'])} | {e['gained']} | {e['lost']} | "
+                         f"{e['p_mcnemar']:.2f} |")
     for title, name in plots.items():
         parts += ["", f"![{title}]({name})"]
     return "\n".join(parts) + "\n"
