@@ -46,10 +46,12 @@ from stages.judge_protocols import Battle
 
 log = logging.getLogger(__name__)
 
-# Chosen by measurement (scripts/compare_judges.py, judge Qwen2.5-Coder-1.5B, 20 HumanEval pairs
-# where exactly one answer passes): pointwise_logprob agreed with execution on 19/20 battles
-# (95% CI 75-100%), pairwise_logprob 16/20 (56-94%); the generative protocols mostly broke the
-# output format (see the compare_judges table in the judge stage's commit/report).
+# Chosen by measurement (`arenaforge judge-bench`, artifacts/judge_bench/card.md, HumanEval pairs
+# that execution separates): judged by Qwen2.5-Coder-1.5B, pointwise_logprob named the passing
+# answer in 137 of 150 pairs (exact 95% CI 86-95%, kappa 0.69; 36 of 47 same-model pairs) with
+# no first-position preference in its single-order readings (0.52); pairwise_logprob 34 of 40
+# (70-94%), every single-order reading choosing the answer shown first. The 0.5B and SmolLM2
+# judges were at chance under pointwise_logprob (kappa -0.04 and -0.02).
 DEFAULT_PROTOCOL = jp.PointwiseLogprob.name
 OUTPUT_SCHEMA = pa.schema([
     ("instruction_id", pa.string()), ("model_a", pa.string()), ("model_b", pa.string()),
