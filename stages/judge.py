@@ -49,8 +49,8 @@ log = logging.getLogger(__name__)
 # Chosen by measurement (`arenaforge judge-bench`, artifacts/judge_bench/card.md, HumanEval pairs
 # that execution separates): judged by Qwen2.5-Coder-1.5B, pointwise_logprob named the passing
 # answer in 137 of 150 pairs (exact 95% CI 86-95%, kappa 0.69; 36 of 47 same-model pairs) with
-# no first-position preference in its single-order readings (0.52); pairwise_logprob 34 of 40
-# (70-94%), every single-order reading choosing the answer shown first. The 0.5B and SmolLM2
+# no first-position preference in its single-order readings (0.52); pairwise_logprob 122 of
+# 150 (74-87%), every single-order reading choosing the answer shown first. The 0.5B and SmolLM2
 # judges were at chance under pointwise_logprob (kappa -0.04 and -0.02).
 DEFAULT_PROTOCOL = jp.PointwiseLogprob.name
 OUTPUT_SCHEMA = pa.schema([
