@@ -29,9 +29,9 @@ import numpy as np
 import pandas as pd
 
 from stages.audit_stats import NO_TESTS, PASSED, cohen_kappa, jsonable, proportion
+from stages.probe_gate import PASS as PROBE_PASS
+from stages.probe_gate import PROGRAM_FAIL, PROGRAM_PASS
 
-PROBE_PASS = "pass"
-PROGRAM_PASS, PROGRAM_FAIL = "pass", "fail"
 REFINE_COLUMNS = ("instruction_id", "model", "selected", "status", "repaired", "repair_rounds")
 GATE_COLUMNS = ("probe_gate", "program_gate")
 _ROUND_KEY = re.compile(r"^(?:refine\.passed_within|repaired_within)\.(\d+)$")

@@ -26,9 +26,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 
 from pipeline.stage import StageContext
-
-PASSED = "passed"
-PROGRAM_PASS = "pass"
+from stages.execution import PASSED
+from stages.probe_gate import PROGRAM_PASS
 
 # In emitted column order; names are checked from outside (issue #22's contract).
 PROVENANCE_SCHEMA = pa.schema([
