@@ -113,38 +113,38 @@ def card_markdown(card: Mapping, plots: Mapping[str, str]) -> str:
 
 def write_plots(card: Mapping, out: Path) -> dict[str, str]:
     """Accuracy and first-position figures as PNG files in ``out``; title -> file name."""
-    from pipeline.report.plots import _figure
-
     results = [r for r in card["results"] if r["n"]]
     if not results:
         return {}
     written = {}
-    names = [r["variant"] for r in results][::-1]
-    plt, fig, ax = _figure(width=7.5, height=0.4 * len(results) + 1.4)
-    acc = [r["accuracy"] for r in results][::-1]
-    lo = [r["accuracy"] - r["ci_low"] for r in results][::-1]
-    hi = [r["ci_high"] - r["accuracy"] for r in results][::-1]
-    ax.errorbar(acc, names, xerr=[lo, hi], fmt="o", capsize=4, color="#4c72b0")
-    ax.axvline(0.5, color="#999999", linestyle="--", linewidth=1)
-    ax.set_xlim(0, 1)
-    ax.set_xlabel("accuracy against execution (exact 95% interval)")
-    fig.tight_layout()
-    fig.savefig(out / "accuracy.png")
-    plt.close(fig)
+    _interval_plot(out / "accuracy.png", [(r["variant"], r["accuracy"], r["ci_low"], r["ci_high"])
+                                          for r in results],
+                   "accuracy against execution (exact 95% interval)", "o", "#4c72b0")
     written["Accuracy per variant"] = "accuracy.png"
-    fp = [(r["variant"], r["first_position_detail"]) for r in results
-          if r["first_position"] is not None][::-1]
+    fp = [(r["variant"], d["rate"], d["ci_low"], d["ci_high"]) for r in results
+          if r["first_position"] is not None for d in (r["first_position_detail"],)]
     if fp:
-        plt, fig, ax = _figure(width=7.5, height=0.4 * len(fp) + 1.4)
-        ax.errorbar([d["rate"] for _, d in fp], [n for n, _ in fp],
-                    xerr=[[d["rate"] - d["ci_low"] for _, d in fp],
-                          [d["ci_high"] - d["rate"] for _, d in fp]],
-                    fmt="s", capsize=4, color="#dd8452")
-        ax.axvline(0.5, color="#999999", linestyle="--", linewidth=1)
-        ax.set_xlim(0, 1)
-        ax.set_xlabel("first-position preference of single-order readings (0.5 = none)")
-        fig.tight_layout()
-        fig.savefig(out / "first_position.png")
-        plt.close(fig)
+        _interval_plot(out / "first_position.png", fp,
+                       "first-position preference of single-order readings (0.5 = none)", "s",
+                       "#dd8452")
         written["First-position preference"] = "first_position.png"
     return written
+
+
+def _interval_plot(path: Path, rows: list[tuple[str, float, float, float]], xlabel: str,
+                   marker: str, color: str) -> None:
+    """One horizontal interval per ``(label, rate, ci_low, ci_high)``, first row on top, on a
+    0-1 axis with the no-preference / coin line at 0.5."""
+    from pipeline.report.plots import _figure
+
+    rows = rows[::-1]
+    plt, fig, ax = _figure(width=7.5, height=0.4 * len(rows) + 1.4)
+    ax.errorbar([r[1] for r in rows], [r[0] for r in rows],
+                xerr=[[r[1] - r[2] for r in rows], [r[3] - r[1] for r in rows]],
+                fmt=marker, capsize=4, color=color)
+    ax.axvline(0.5, color="#999999", linestyle="--", linewidth=1)
+    ax.set_xlim(0, 1)
+    ax.set_xlabel(xlabel)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
