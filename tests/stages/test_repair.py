@@ -8,8 +8,8 @@ import types
 
 import pyarrow as pa
 import pytest
+from scripted import ScriptedChat
 
-from pipeline.backends.base import Completion
 from stages.entry_points import Binding
 from stages.grading import Graded
 from stages.repair import RepairConfig, feedback_text, run
@@ -26,19 +26,11 @@ def fence(code):
     return f"Here is the fix:\n```python\n{code}```\n"
 
 
-class ScriptedAuthor:
-    """Round k's reply is ``replies[k - 1]`` (a pure-logic test double); records what it saw."""
+class ScriptedAuthor(ScriptedChat):
+    """Round k's reply is ``replies[k - 1]``."""
 
-    def __init__(self, replies):
-        self.replies, self.seen = replies, []
-
-    def chat(self, conversations, params):
-        out = []
-        for conv in conversations:
-            self.seen.append(conv)
-            k = sum(m["role"] == "user" for m in conv) - 1
-            out.append([Completion(text=self.replies[k - 1], finish_reason="stop")])
-        return out
+    def reply(self, conv):
+        return self.replies[sum(m["role"] == "user" for m in conv) - 2]
 
 
 class Ctx:
@@ -167,17 +159,11 @@ class SpecialCaser(ScriptedAuthor):
     def __init__(self):
         super().__init__([])
 
-    def chat(self, conversations, params):
-        out = []
-        for conv in conversations:
-            self.seen.append(conv)
-            cases = dict.fromkeys(re.findall(r"assert add\((-?\d+), (-?\d+)\) == (-?\d+)",
-                               "\n".join(m["content"] for m in conv if m["role"] == "user")))
-            body = "".join(f"    if (a, b) == ({x}, {y}):\n        return {r}\n"
-                           for x, y, r in cases)
-            out.append([Completion(text=fence(f"def add(a, b):\n{body}    return a - b\n"),
-                                   finish_reason="stop")])
-        return out
+    def reply(self, conv):
+        cases = dict.fromkeys(re.findall(r"assert add\((-?\d+), (-?\d+)\) == (-?\d+)",
+                              "\n".join(m["content"] for m in conv if m["role"] == "user")))
+        body = "".join(f"    if (a, b) == ({x}, {y}):\n        return {r}\n" for x, y, r in cases)
+        return fence(f"def add(a, b):\n{body}    return a - b\n")
 
 
 def test_an_answer_special_casing_the_visible_asserts_fails_the_hidden_ones(pool):

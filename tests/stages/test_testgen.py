@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pyarrow as pa
 import pytest
+from scripted import ScriptedChat
 
-from pipeline.backends.base import Completion
 from stages.test_parsing import (
     EntryPoint,
     extract_program,
@@ -119,19 +119,11 @@ def test_conversation_shows_signature_not_answers():
 
 # -- the stage with a scripted author and the real sandbox ---------------------------------------
 
-class ScriptedAuthor:
-    """Replies from a table keyed by a substring of the request (a pure-logic test double)."""
+class ScriptedAuthor(ScriptedChat):
+    """Replies from a table keyed by a substring of the request."""
 
-    def __init__(self, replies):
-        self.replies, self.seen = replies, []
-
-    def chat(self, conversations, params):
-        out = []
-        for conv in conversations:
-            self.seen.append(conv)
-            text = next((r for key, r in self.replies.items() if key in conv[1]["content"]), "")
-            out.append([Completion(text=text, finish_reason="stop")])
-        return out
+    def reply(self, conv):
+        return next((r for key, r in self.replies.items() if key in conv[1]["content"]), "")
 
 
 class Ctx:

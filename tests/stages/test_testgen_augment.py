@@ -6,8 +6,8 @@ import json
 
 import pyarrow as pa
 import pytest
+from scripted import ScriptedChat
 
-from pipeline.backends.base import Completion
 from stages.testgen import TestGenConfig, run
 from stages.verify import VerifyConfig
 from stages.verify import run as verify_run
@@ -42,19 +42,11 @@ REPLIES = {
 }
 
 
-class ScriptedAuthor:
-    """Replies by the entry point named in the request (a pure-logic test double)."""
+class ScriptedAuthor(ScriptedChat):
+    """Replies by the entry point named in the request."""
 
-    def __init__(self, replies):
-        self.replies, self.seen = replies, []
-
-    def chat(self, conversations, params):
-        out = []
-        for conv in conversations:
-            self.seen.append(conv)
-            key = "classify" if "classify" in conv[1]["content"] else "double"
-            out.append([Completion(text=self.replies[key], finish_reason="stop")])
-        return out
+    def reply(self, conv):
+        return self.replies["classify" if "classify" in conv[1]["content"] else "double"]
 
 
 class Ctx:
