@@ -356,7 +356,10 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     start = time.perf_counter()
     specs = [get_stage(name) for name in cfg.stages]
     run_dir = join(cfg.artifacts_dir, cfg.name)
-    store = RunStore(run_dir, cfg.runner.local_cache_dir)
+    try:
+        store = RunStore(run_dir, cfg.runner.local_cache_dir)
+    except ValueError as exc:  # a URI pyarrow cannot open: the user's field, not a crash
+        raise StoreError(f"artifacts_dir: {exc}") from None
     if cfg.runner.request_cache:
         store.request_cache(cfg.runner.request_cache_store)  # refuses SQLite on a remote store
     check_chain(specs, store.completed() if not fresh else {}, None if fresh else store)

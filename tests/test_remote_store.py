@@ -158,6 +158,15 @@ def test_run_with_an_s3_run_dir_refuses_a_sqlite_cache_before_any_work(s3_server
     assert result.exit_code == 2 and "drop --name" in result.output
 
 
+def test_run_with_a_run_dir_uri_pyarrow_cannot_open_names_the_field():
+    root = Path(__file__).resolve().parents[1]
+    result = CliRunner().invoke(app, ["run", str(root / "configs" / "smoke.yaml"), "--run-dir",
+                                      "nosuch://bucket/runs/x", "--quiet"])
+    message = " ".join(result.output.split())
+    assert result.exit_code == 2, result.output
+    assert "artifacts_dir: nosuch://bucket/runs/x" in message and "Traceback" not in message
+
+
 def test_ray_workers_write_one_s3_run_and_a_killed_worker_is_retried(s3_server, tmp_path,
                                                                      ray_local):
     """Shards run in Ray worker processes that reach the bucket on their own: endpoint and
