@@ -191,7 +191,9 @@ def test_logprobs_use_the_completions_route_with_the_client_rendered_prompt(serv
 
 
 def test_logprobs_in_llama_server_shape_and_missing_logprobs(server):
-    backend = client(server, chat_template="{{ messages[0].content }}")
+    # One request in flight, so the queued answers meet the conversations in order (with
+    # four in flight the second request could take the first answer).
+    backend = client(server, chat_template="{{ messages[0].content }}", max_concurrency=1)
     server.push("/v1/completions", body=json.dumps({"choices": [{"text": "A", "logprobs": {
         "content": [{"id": 1, "token": "A", "logprob": -0.1, "top_logprobs": [
             {"id": 1, "token": "A", "logprob": -0.1}, {"id": 2, "token": "B", "logprob": -2.4}]}]
