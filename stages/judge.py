@@ -154,28 +154,51 @@ def read_chat(backend, protocol: jp.JudgeProtocol, convs: list, cfg: JudgeConfig
     return [protocol.parse(reply[0], cfg) for reply in replies]
 
 
+def reads_in_parallel(backend) -> bool:
+    """Whether ``backend`` serves a batch at once and caches prompt prefixes itself (an
+    OpenAI-compatible server, vLLM: ``prefers_batches``), so its readings go out as whole
+    batches; an embedded llama.cpp context keeps only the prompt it evaluated last, so there the
+    order of single calls is what reuses the evaluated prefix."""
+    return bool(getattr(backend, "prefers_batches", False))
+
+
+def _with_retry(first: jp.Reply, again: jp.Reply, prefill: str) -> jp.Reply:
+    return jp.Reply(again.value, f"{first.raw}; with prefill {prefill!r}: {again.raw}",
+                    None if again.error is None
+                    else f"{first.error}; with prefill {prefill!r}: {again.error}")
+
+
 def read_logprobs(backend, protocol: jp.JudgeProtocol, convs: list, cfg: JudgeConfig,
                   seed: int) -> list[jp.Reply]:
     """Next-token readings, each parsed by the protocol.
 
     With ``retry_prefill``, a reading under ``min_choice_mass`` is read once more with the
     reply started (``raw`` then says so): small judges often open with "The score is" rather
-    than the digit. The retry follows its first reading at once, so llama.cpp still holds the
-    whole prompt and evaluates only the few prefill tokens.
+    than the digit. On a llama.cpp context the retry follows its first reading at once, so the
+    context still holds the whole prompt and evaluates only the few prefill tokens; a server
+    (:func:`reads_in_parallel`) gets all first readings as one batch, then all retries.
     """
     prefill = protocol.retry_prefill if cfg.retry_prefill else None
+
+    def needs_retry(reply: jp.Reply) -> bool:
+        return bool(prefill) and reply.value is None and not reply.error.startswith(BACKEND_ERROR)
+
+    def read(batch: list, start: str = "") -> list[jp.Reply]:
+        return [protocol.parse(r, cfg) for r in
+                judge_logits.next_token_logprobs(backend, batch, protocol.spellings, start)]
+
+    if reads_in_parallel(backend):
+        out = read(convs)
+        retry = [i for i, reply in enumerate(out) if needs_retry(reply)]
+        if retry:
+            for i, again in zip(retry, read([convs[i] for i in retry], prefill), strict=True):
+                out[i] = _with_retry(out[i], again, prefill)
+        return out
     out = []
     for conv in convs:
-        first = protocol.parse(
-            judge_logits.next_token_logprobs(backend, [conv], protocol.spellings)[0], cfg)
-        if not prefill or first.value is not None or first.error.startswith(BACKEND_ERROR):
-            out.append(first)
-            continue
-        again = protocol.parse(judge_logits.next_token_logprobs(
-            backend, [conv], protocol.spellings, prefill)[0], cfg)
-        out.append(jp.Reply(again.value, f"{first.raw}; with prefill {prefill!r}: {again.raw}",
-                            None if again.error is None
-                            else f"{first.error}; with prefill {prefill!r}: {again.error}"))
+        first = read([conv])[0]
+        out.append(_with_retry(first, read([conv], prefill)[0], prefill)
+                   if needs_retry(first) else first)
     return out
 
 
@@ -185,18 +208,31 @@ READERS = {"chat": read_chat, "next_token_logprobs": read_logprobs}
 
 def _read_sequential(protocol: jp.SequentialScoring, read, backend, battles: list[Battle],
                      requests: dict, cfg: JudgeConfig, seed: int) -> dict:
-    """Both rounds of a sequential pointwise protocol, each answer's second-round requests
-    right after its own first-round reading: they start with that reading's prompt, so
-    llama.cpp evaluates only the new turn (the evaluated prompt prefix is reused)."""
+    """Both rounds of a sequential pointwise protocol. On a llama.cpp context each answer's
+    second-round requests follow its own first-round reading at once: they start with that
+    reading's prompt, so llama.cpp evaluates only the new turn (the evaluated prefix is reused).
+    A server (:func:`reads_in_parallel`) gets each round as one batch: one request at a time
+    left a server idle between round trips (the judge stage of ``scripts/bench_scale.py``)."""
     after: dict[tuple, list[tuple[Battle, str]]] = {}
     for b in battles:
         for order in jp.ORDERS:
             after.setdefault(protocol.first_key(b, order), []).append((b, order))
+
+    def second_round(keys) -> dict:
+        return {(*b.key, order): c for key in keys for b, order in after.get(key, ())
+                if (c := protocol.followup(b, order, parsed[key])) is not None}
+
+    if reads_in_parallel(backend):  # a server: each round as one batch
+        parsed = dict(zip(requests, read(backend, protocol, list(requests.values()), cfg, seed),
+                          strict=True))
+        second = second_round(requests)
+        parsed.update(zip(second, read(backend, protocol, list(second.values()), cfg, seed),
+                          strict=True))
+        return parsed
     parsed = {}
     for key, conv in requests.items():
         parsed[key] = read(backend, protocol, [conv], cfg, seed)[0]
-        second = {(*b.key, order): c for b, order in after.get(key, ())
-                  if (c := protocol.followup(b, order, parsed[key])) is not None}
+        second = second_round([key])
         parsed.update(zip(second, read(backend, protocol, list(second.values()), cfg, seed),
                           strict=True))
     return parsed

@@ -113,6 +113,11 @@ class OpenAIServerBackend:
         api_key_env: environment variable holding a bearer token, if the server needs one.
     """
 
+    # A batch of requests goes out concurrently and the server caches shared prompt
+    # prefixes itself (vLLM's automatic prefix caching, llama-server's slots): callers send
+    # whole batches rather than ordering single requests for prefix reuse.
+    prefers_batches = True
+
     def __init__(self, model_id: str, base_url: str, model_name: str, *,
                  replicas: Sequence[str] = (), stop: tuple[str, ...] = (),
                  chat_template: str | None = None, template_from_server: bool = True,

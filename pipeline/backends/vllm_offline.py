@@ -97,6 +97,8 @@ class VllmBackend(RenderedChat):
             ``tensor_parallel_size``, ``dtype``...).
     """
 
+    prefers_batches = True  # one engine step serves the batch; its prefix cache is global
+
     def __init__(self, model_id: str, model: str, *, n_ctx: int = 4096,
                  stop: tuple[str, ...] = (), chat_template: str | None = None,
                  seed: int = 0, logprobs_top_k: int = 20, **engine_kwargs: Any) -> None:

@@ -259,6 +259,45 @@ def test_low_mass_readings_are_retried_with_the_reply_started(monkeypatch):
     assert calls == [(1, ""), (1, ""), (1, "")] and off[0]["verdict"] is None
 
 
+class Served:
+    """What the judge stage sees of an OpenAI-compatible server: requests go out concurrently."""
+
+    prefers_batches = True
+
+
+@pytest.mark.parametrize("protocol", ["pointwise_logprob", "pairwise_logprob"])
+def test_a_server_gets_each_round_as_one_batch_with_the_same_rows(monkeypatch, protocol):
+    calls = []
+
+    def fake_logprobs(backend, convs, spellings, prefill=""):
+        calls.append((len(convs), prefill))
+        out = []
+        for conv in convs:
+            first = shown_models(conv)[0]
+            if protocol == "pairwise_logprob":
+                out.append(({"A": math.log(0.7 if first == "m1" else 0.4),
+                             "B": math.log(0.3 if first == "m1" else 0.6)}, None))
+            elif first == "m2" and not prefill:  # m2's readings open with words, not a digit
+                out.append(({"1": math.log(0.05)}, None))
+            else:
+                out.append(({"3": math.log(0.9 if first == "m1" else 0.2),
+                             "0": math.log(0.1 if first == "m1" else 0.8)}, None))
+        return out
+
+    monkeypatch.setattr("stages.judge_logits.next_token_logprobs", fake_logprobs)
+    table = answers({"i1": ["m1", "m2"], "i2": ["m1", "m2"], "i3": ["m1", "m2"]})
+    cfg = JudgeConfig(protocol=protocol, judges=["j"])
+    one_context = run(table, cfg, Ctx({"j": object()})).table.to_pylist()
+    sequential_calls, calls[:] = list(calls), []
+    served = run(table, cfg, Ctx({"j": Served()})).table.to_pylist()
+    assert served == one_context
+    assert len(sequential_calls) > len(calls)
+    if protocol == "pairwise_logprob":  # 3 battles x 2 orders in one request batch
+        assert calls == [(6, "")]
+    else:  # both orders' first answers, their retries, then every second answer and its retries
+        assert calls == [(6, ""), (3, "Score: "), (6, ""), (3, "Score: ")]
+
+
 def test_pointwise_logprob_expected_scores(monkeypatch):
     dist = {"m1": [0.1, 0.1, 0.4, 0.4], "m2": [0.7, 0.1, 0.1, 0.1]}
 
@@ -302,3 +341,15 @@ def test_empty_input_and_single_answers_give_no_rows():
 
 def test_default_protocol_is_known():
     assert JudgeConfig().protocol in jp.PROTOCOLS
+
+
+def test_servers_and_vllm_take_batches_and_llama_cpp_keeps_its_order(tmp_path):
+    from pipeline.backends.llamacpp import LlamaCppBackend
+    from pipeline.backends.openai_server import OpenAIServerBackend
+    from pipeline.backends.request_cache import CachedBackend
+    from pipeline.backends.vllm_offline import VllmBackend
+    from stages.judge import reads_in_parallel
+
+    server = OpenAIServerBackend("m", "http://127.0.0.1:9/v1", "m", template_from_server=False)
+    assert reads_in_parallel(CachedBackend(server, tmp_path, "m"))  # through the cache wrapper
+    assert VllmBackend.prefers_batches and not hasattr(LlamaCppBackend, "prefers_batches")
