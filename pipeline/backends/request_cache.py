@@ -124,19 +124,30 @@ class CachedBackend:
         """Cached :meth:`Backend.chat`."""
         return self._cached("chat", conversations, params, self.inner.chat)
 
+    def _misses(self, keys: list[str], results: list) -> dict[str, list[int]]:
+        """Each missing key once, with every position that asked for it: a batch that repeats
+        a request (the same answer judged in several battles, synthetic rewordings) sends it
+        once, as a sequence of one-request calls would have after the first stored it."""
+        missing: dict[str, list[int]] = {}
+        for i, r in enumerate(results):
+            if r is None:
+                missing.setdefault(keys[i], []).append(i)
+        with self._lock:
+            self._stats.hits += len(keys) - len(missing)
+            self._stats.misses += len(missing)
+        return missing
+
     def _cached(self, method, requests, params, call) -> list[list[Completion]]:
         keys = [request_key(self.model_id, self.weights_id, method, r, params) for r in requests]
         results: list[list[Completion] | None] = [self._get(k) for k in keys]
-        missing = [i for i, r in enumerate(results) if r is None]
-        with self._lock:
-            self._stats.hits += len(requests) - len(missing)
-            self._stats.misses += len(missing)
+        missing = self._misses(keys, results)
         if missing:
-            fresh = call([requests[i] for i in missing], params)
-            for i, completions in zip(missing, fresh, strict=True):
-                results[i] = completions
+            fresh = call([requests[where[0]] for where in missing.values()], params)
+            for (key, where), completions in zip(missing.items(), fresh, strict=True):
+                for i in where:
+                    results[i] = completions
                 if all(c.error is None for c in completions):
-                    self._cache.set(keys[i], [c.to_dict() for c in completions])
+                    self._cache.set(key, [c.to_dict() for c in completions])
         return results  # type: ignore[return-value]
 
     def next_token_logprobs(self, conversations: list[Conversation], candidates: list[str],
@@ -155,16 +166,15 @@ class CachedBackend:
                 for c in conversations]
         results: list[LogprobReading | None] = [
             (stored, None) if (stored := self._cache.get(k)) is not None else None for k in keys]
-        missing = [i for i, r in enumerate(results) if r is None]
-        with self._lock:
-            self._stats.hits += len(keys) - len(missing)
-            self._stats.misses += len(missing)
+        missing = self._misses(keys, results)
         if missing:
-            fresh = read([conversations[i] for i in missing], candidates, prefill)
-            for i, reading in zip(missing, fresh, strict=True):
-                results[i] = reading
+            fresh = read([conversations[where[0]] for where in missing.values()], candidates,
+                         prefill)
+            for (key, where), reading in zip(missing.items(), fresh, strict=True):
+                for i in where:
+                    results[i] = reading
                 if reading[1] is None:
-                    self._cache.set(keys[i], reading[0])
+                    self._cache.set(key, reading[0])
         return results  # type: ignore[return-value]
 
     def _get(self, key: str) -> list[Completion] | None:

@@ -59,6 +59,22 @@ def test_second_run_is_served_from_disk_and_counted(tmp_path):
     assert out2[1][1].text == "c#1"
 
 
+def test_a_request_repeated_in_one_batch_reaches_the_model_once(tmp_path):
+    inner = CountingBackend()
+    cached = CachedBackend(inner, tmp_path, "sha-a")
+    params = SamplingParams(n=1, max_tokens=8, seed=1)
+    out = cached.chat([[{"role": "user", "content": t}] for t in ("a", "b", "a", "FAIL", "FAIL")],
+                      params)
+    assert inner.calls == ["a", "b", "FAIL"]
+    assert out[0] == out[2] and out[0][0].text == "a#0" and out[1][0].text == "b#0"
+    assert out[3][0].error == out[4][0].error == "boom"
+    assert cached.cache_stats() == {"hits": 2, "misses": 3}
+    conv = [{"role": "user", "content": "rate this"}]
+    logprobs = CachedBackend(LogprobBackend(), tmp_path / "lp", "sha")
+    assert logprobs.next_token_logprobs([conv, conv], ["1"]) == [({"1": -1.0}, None)] * 2
+    assert logprobs.inner.calls == ["rate this"]
+
+
 def test_key_depends_on_every_part_of_the_request():
     p = SamplingParams(max_tokens=8)
     base = request_key("m", "w", "complete", "x", p)
