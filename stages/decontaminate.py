@@ -219,10 +219,13 @@ def embedding_matches(instructions: Sequence[str], docs: Sequence[Doc],
 
     from stages.embeddings import embed_cached, unit_rows
 
-    vecs, _, _ = embed_cached([*instructions, *(d[3] for d in docs)], ctx, cfg.model,
-                              batch_size=cfg.batch_size)
-    vecs = unit_rows(vecs)
-    sims = vecs[:len(instructions)] @ vecs[len(instructions):].T
+    # Two exact-lookup calls: the benchmark documents are one part every shard reads, the
+    # shard's instructions its own part (what a rerun finds, and what compress scans).
+    mine, _, _ = embed_cached(instructions, ctx, cfg.model, batch_size=cfg.batch_size,
+                              lookup="exact")
+    bench, _, _ = embed_cached([d[3] for d in docs], ctx, cfg.model, batch_size=cfg.batch_size,
+                               lookup="exact")
+    sims = unit_rows(mine) @ unit_rows(bench).T
     best = np.argmax(sims, axis=1)
     scores = sims[np.arange(len(instructions)), best]
     out: list[dict | None] = [None] * len(instructions)

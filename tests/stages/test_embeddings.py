@@ -51,6 +51,23 @@ def test_each_distinct_normalised_text_is_embedded_once(tmp_path):
 
 
 @pytest.mark.models
+def test_an_exact_lookup_reads_only_the_part_of_exactly_its_texts(tmp_path):
+    calls: list[list[str]] = []
+
+    def embed(texts):
+        calls.append(sorted(texts))
+        return np.ones((len(texts), 2), dtype=np.float32)
+
+    cached_embeddings(["a", "b"], embed, tmp_path, lookup="exact")   # a shard
+    cached_embeddings(["c"], embed, tmp_path, lookup="exact")        # another shard
+    _, hits = cached_embeddings(["b", "a", "a"], embed, tmp_path, lookup="exact")  # a rerun
+    assert hits == 3 and calls == [["a", "b"], ["c"]]
+    _, hits = cached_embeddings(["a"], embed, tmp_path, lookup="exact")  # no part of just "a"
+    assert hits == 0 and calls[-1] == ["a"]
+    _, hits = cached_embeddings(["a", "b", "c"], embed, tmp_path)  # a scan finds every part
+    assert hits == 3 and len(calls) == 3
+
+
 def test_normalising_does_not_change_minilm_tokens():
     from stages.embeddings import load_model, resolve_model_path
 
