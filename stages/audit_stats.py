@@ -27,7 +27,7 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 
-from stages.rate import first_position_rates, judge_frame, resolve_battles
+from stages.rate import first_position_rates, judge_frame, resolve_battles, single_order_readings
 from stages.ratings import first_bad
 
 PASSED = "passed"
@@ -130,18 +130,6 @@ def majority_verdicts(battles: pd.DataFrame) -> pd.DataFrame:
     g["majority"] = np.select([g["points_a"] > g["points_b"], g["points_a"] < g["points_b"]],
                               ["a", "b"], "tie")
     return g
-
-
-def single_order_readings(rows: pd.DataFrame) -> pd.DataFrame:
-    """The rows with ``verdict`` replaced by each order's own reading (``order_verdict``).
-
-    The logprob and pointwise protocols put one combined verdict on both order rows, which
-    would show every judge as free of position bias; their single-order readings are what a
-    judge said when shown one order.
-    """
-    if "order_verdict" not in rows.columns:
-        return rows
-    return rows.assign(verdict=rows["order_verdict"])
 
 
 def position_bias(rows: pd.DataFrame) -> pd.DataFrame:

@@ -121,6 +121,18 @@ def resolve_battles(judge: pd.DataFrame | pa.Table, single_order: str = "drop"
     return battles, counts
 
 
+def single_order_readings(rows: pd.DataFrame) -> pd.DataFrame:
+    """The rows with ``verdict`` replaced by each order's own reading (``order_verdict``).
+
+    The logprob and pointwise protocols put one combined verdict on both order rows, which
+    would show every judge as free of position bias; their single-order readings are what a
+    judge said when shown one order.
+    """
+    if "order_verdict" not in rows.columns:
+        return rows
+    return rows.assign(verdict=rows["order_verdict"])
+
+
 def first_position_rates(judge: pd.DataFrame | pa.Table) -> pd.DataFrame:
     """Position bias per judge from single-order verdicts.
 
@@ -229,7 +241,8 @@ def run(table: pa.Table, cfg: RateConfig, ctx: StageContext) -> StageResult:
     seq = sequential_elo(battles, k=cfg.elo_k).set_index("model")["rating"]
     ratings = bt.assign(sequential_elo=bt["model"].map(seq))
     if len(judge):
-        position = first_position_rates(judge)["first_position_win_rate"]
+        # each order's own reading: the combined verdict on both rows would read 0.5
+        position = first_position_rates(single_order_readings(judge))["first_position_win_rate"]
         ratings["first_position_win_rate"] = ratings["model"].map(position)
     else:
         ratings["first_position_win_rate"] = np.nan
@@ -255,7 +268,7 @@ def run(table: pa.Table, cfg: RateConfig, ctx: StageContext) -> StageResult:
 
 STAGE = StageSpec(
     name="rate", config=RateConfig, run=run, source="answer", sharded=False,
-    reads={"judge": (*BATTLE_KEY, "order", "verdict")},
+    reads={"judge": (*BATTLE_KEY, "order", "verdict", "order_verdict")},
     inputs=("instruction_id", "model"),
     outputs=("n_battles", "local_share", "elo_expectation", "final_score", "winner", "margin",
              "elo"),

@@ -97,3 +97,24 @@ def test_bad_order_verdict_is_an_error_naming_the_row():
                           "status_a": "passed", "status_b": "failed"}])
     with pytest.raises(ValueError, match="row 0: order_verdict 'x'"):
         audit_rows(rows)
+
+
+@pytest.mark.parametrize("protocol", ["pointwise_logprob", "pairwise_logprob"])
+def test_the_leaderboard_reads_first_position_from_single_order_readings(protocol, tmp_path):
+    """rate's "first-position win rate (as judge)" column: three experts, each judging the
+    battle it is not in, all biased towards the first answer."""
+    from tests.stages.test_ratings_stage import TableContext
+
+    from stages.rate import RateConfig
+    from stages.rate import run as rate
+
+    table = pa.Table.from_pylist([
+        {"instruction_id": f"i{k}", "instruction": f"task {k}", "model": m,
+         "response": f"<answer of {m}>"} for k in range(3) for m in ("m1", "m2", "m3")])
+    judge = run(table, JudgeConfig(protocol=protocol, judges=["m1", "m2", "m3"]), Ctx()).table
+    ctx = TableContext({"judge": judge}, tmp_path)
+    rate(table, RateConfig(n_bootstrap=0), ctx)
+    import pyarrow.parquet as pq
+
+    ratings = pq.read_table(tmp_path / "rate/ratings.parquet").to_pandas()
+    assert list(ratings["first_position_win_rate"]) == [1.0, 1.0, 1.0]
