@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 
 class SandboxConfig(BaseModel):
@@ -17,8 +17,18 @@ class SandboxConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
+    @field_validator("workers")
+    @classmethod
+    def _workers_in_range(cls, value):
+        if value != "auto" and not 1 <= value <= 256:
+            raise ValueError("workers: expected 'auto' or 1-256")
+        return value
+
     mode: Literal["auto", "forkserver", "per_exec", "degraded"] = "auto"
-    workers: int = Field(2, ge=1, le=256)
+    workers: int | Literal["auto"] = Field(
+        "auto", description="sandbox slots of this process's pool; auto: the CPUs Ray assigned "
+        "to this worker (a shard task holds one, so a node runs one slot per core it gives to "
+        "shards), else the cores this process may use")
     timeout_s: float = Field(5.0, gt=0)
     memory_mb: int = Field(1024, ge=32)
     output_limit_bytes: int = Field(1 << 20, ge=1024)
@@ -30,3 +40,23 @@ class SandboxConfig(BaseModel):
     tail_bytes: int = Field(4096, ge=0, description="stdout/stderr kept on the result")
     site_packages: bool = Field(True, description="let jobs import the host's site-packages")
     start_timeout_s: float = Field(15.0, gt=0)
+
+
+def pool_size(workers: int | Literal["auto"]) -> int:
+    """Slots for a pool: ``workers``, or for ``auto`` the CPUs Ray assigned to this worker
+    process (rounded up) when it runs in one, else the cores this process may use."""
+    if workers != "auto":
+        return workers
+    import os
+
+    try:
+        import ray
+
+        context = ray.get_runtime_context() if ray.is_initialized() else None
+        if context is not None and context.worker.mode == ray.WORKER_MODE:  # not the driver
+            cpus = context.get_assigned_resources().get("CPU")
+            if cpus:
+                return max(1, int(-(-cpus // 1)))
+    except ImportError:
+        pass
+    return max(1, len(os.sched_getaffinity(0)))

@@ -13,7 +13,7 @@ from collections.abc import Sequence
 from typing import Self
 
 from pipeline.sandbox import cgroups, checks, launcher, seccomp_filter
-from pipeline.sandbox.config import SandboxConfig
+from pipeline.sandbox.config import SandboxConfig, pool_size
 from pipeline.sandbox.prepare import prepare_tests
 from pipeline.sandbox.result import (
     ERR_SANDBOX,
@@ -62,7 +62,7 @@ class SandboxPool:
         self.cfg, self.mode = cfg, mode
         self._queue: queue.Queue = queue.Queue()
         launcher.compile_harness()
-        self._slots = launcher.acquire_slots(cfg.workers, cfg.uid_base)
+        self._slots = launcher.acquire_slots(pool_size(cfg.workers), cfg.uid_base)
         bpf = seccomp_filter.build_bpf_hex() if seccomp_filter.available() is None else ""
         use_cgroups = mode != MODE_DEGRADED and cgroups.unavailable_reason() is None
         self._workers = [

@@ -81,7 +81,7 @@ def test_classify(verdict, oom, expected):
 
 def test_config_is_frozen_and_strict():
     cfg = SandboxConfig()
-    assert cfg.mode == "auto" and cfg.workers == 2
+    assert cfg.mode == "auto" and cfg.workers == "auto"
     with pytest.raises(pydantic.ValidationError, match="extra"):
         SandboxConfig(worker=3)
     with pytest.raises(pydantic.ValidationError):
@@ -117,3 +117,24 @@ def test_bad_jobs_name_the_field(kwargs, field):
 
     with pytest.raises((TypeError, ValueError), match=f"Job.{field}"):
         Job(**kwargs)
+
+
+def test_auto_pool_size_is_the_cpus_ray_gives_the_worker(ray_local):
+    """A shard task holds one CPU, so each worker process runs one slot and a node as many
+    slots as the cores it gives to shards; outside Ray, the process's cores."""
+    import os
+
+    from pipeline.sandbox.config import pool_size
+
+    @ray_local.remote
+    def size(workers):
+        return pool_size(workers)
+
+    one = size.options(num_cpus=1).remote("auto")
+    two = size.options(num_cpus=2).remote("auto")
+    fixed = size.options(num_cpus=1).remote(3)
+    assert ray_local.get([one, two, fixed]) == [1, 2, 3]
+    assert SandboxConfig().workers == "auto"
+    assert pool_size("auto") == len(os.sched_getaffinity(0))  # the driver holds no CPU
+    with pytest.raises(pydantic.ValidationError, match="workers: expected 'auto' or 1-256"):
+        SandboxConfig(workers=0)
