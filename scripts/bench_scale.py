@@ -40,8 +40,9 @@ Usage::
     python scripts/bench_scale.py --instructions 5000 20000 50000 --json bench.json
     python scripts/bench_scale.py --instructions 200 --set rate.n_bootstrap=0
 
-The tests each answer runs are kept small (two authors, two tests each, one repair round);
-``--set`` overrides any config field.
+The tests each answer runs are kept small (two authors, two tests each, one repair round) and
+each battle has one judge (``judge.max_judges: 1``) so that 50k instructions fit about an hour
+on 2 cores; ``--set`` overrides any config field.
 """
 
 from __future__ import annotations
@@ -114,7 +115,13 @@ def write_run_files(workdir: Path, ports: dict[str, int], source: Path, name: st
         # synthetic tasks are rewordings of ~160 tasks: semantic dedup would cut every size
         # to about the same rows; keep them all so the later stages grow with N
         "compress": {"budget": 1.0, "min_distance": None},
-        "judge": {"protocol": "pointwise_logprob"},
+        # One uninvolved judge per battle (both orders, pointwise: 4 readings per battle, 10
+        # battles per instruction): with all three uninvolved experts judging, the load
+        # generator's HTTP round trips (~1 ms of CPU per request on each end, on the same 2
+        # cores as the pipeline) made judging 36% of the wall at 1,000 (49 of 135 s), and 50k,
+        # projected from it, ~1 h 50 min instead of the hour the benchmark is sized for;
+        # `--set judge.max_judges=null` restores them.
+        "judge": {"protocol": "pointwise_logprob", "max_judges": 1},
         "tests": {"authors": experts[:2], "tests_per_author": 2},
         "repair": {"max_rounds": 1},
     }
