@@ -118,9 +118,10 @@ def test_run_level_defaults_are_resolved_into_the_stage_sections(tmp_path):
 
     cfg = load_config(ROOT / "configs" / "default.yaml",
                       ["judges=[smollm2-135m]", "mine.miners=null", "tests.authors=null",
-                       "difficulty.judges=null", "verify.timeout_s=7"])
+                       "difficulty.judges=null", "judge.judges=null", "verify.timeout_s=7"])
     assert cfg.mine.miners == cfg.experts and cfg.tests.authors == cfg.experts
     assert cfg.judge.judges == ["smollm2-135m"] == cfg.difficulty.judges
     assert cfg.repair.timeout_s == 7 and cfg.repair.fail_fast == cfg.verify.fail_fast
     pinned = load_config(ROOT / "configs" / "default.yaml", ["answer.experts=[smollm2-135m]"])
     assert pinned.answer.experts == ["smollm2-135m"]  # what a section names is kept
+    assert pinned.judge.judges == ["qwen2.5-coder-1.5b"]
