@@ -43,6 +43,7 @@ from pydantic import Field
 
 from pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from stages.dataset_card import CardInfo, render_card
+from stages.execution import PASSED
 from stages.emit_provenance import (
     CARRIED,
     JUDGE_COLUMNS,
@@ -58,7 +59,6 @@ from stages.emit_provenance import (
 
 log = logging.getLogger(__name__)
 
-VERIFIED_STATUS = "passed"
 
 MESSAGE_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
 
@@ -278,7 +278,7 @@ def _reject_reason(status: str | None) -> str:
     if status in ("no_tests", "no_entry_point"):
         return status
     # passed every test it ran, but not the hidden + augmented suite (none, or not recorded)
-    return "program_gate_not_passed" if status == VERIFIED_STATUS else "failed_execution"
+    return "program_gate_not_passed" if status == PASSED else "failed_execution"
 
 
 def _with_reason(table: pa.Table, reason: str) -> pa.Table:
