@@ -168,7 +168,7 @@ def emit_rule(table: pa.Table, plan: Plan, rule: str, out: Path, *, run_id: str,
               system_prompt: str | None, selection_fp: str) -> dict[str, Any]:
     """Write one rule's dataset (skipped when the same content is already there)."""
     from stages.emit import build_sft_rows, write_dataset
-    from stages.execution import PASSED as VERIFIED_STATUS
+    from stages.execution import PASSED
 
     chosen = rule_table(table, plan, rule)
     sft = build_sft_rows(chosen, system_prompt=system_prompt, run_id=run_id,
@@ -187,7 +187,7 @@ def emit_rule(table: pa.Table, plan: Plan, rule: str, out: Path, *, run_id: str,
                   for iid in plan.instruction_ids} if "judge" in plan.picks else None
     record = {
         "fingerprint": fp, "rule": rule, "rows": sft.num_rows,
-        "verified": sum(s == VERIFIED_STATUS for s in sft["status"].to_pylist()),
+        "verified": sum(s == PASSED for s in sft["status"].to_pylist()),
         "sources": dict(Counter(sft["source_model"].to_pylist())),
         "differs_from_judge": None if judge_pick is None else sum(
             judge_pick[iid] != m for iid, m in zip(sft["instruction_id"].to_pylist(),

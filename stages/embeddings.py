@@ -117,7 +117,8 @@ def cached_embeddings(texts: Sequence[str], embed: Callable[[list[str]], np.ndar
     if not cache_dir or not cache_dir.is_dir():
         parts = []
     elif lookup == "exact":
-        parts = [p for p in [cache_dir / _part_name(sorted(wanted))] if p.is_file()]
+        exact = cache_dir / _part_name(sorted(wanted))
+        parts = [exact] if exact.is_file() else []
     else:
         parts = sorted(cache_dir.glob("part-*.parquet"))
     for part in parts:

@@ -126,7 +126,7 @@ class CachedBackend:
 
     def _misses(self, keys: list[str], results: list) -> dict[str, list[int]]:
         """Each missing key once, with every position that asked for it: a batch that repeats
-        a request (the same answer judged in several battles, synthetic rewordings) sends it
+        a request (identical answers to reworded instructions, judged alike) sends it
         once, as a sequence of one-request calls would have after the first stored it."""
         missing: dict[str, list[int]] = {}
         for i, r in enumerate(results):

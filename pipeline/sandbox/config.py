@@ -47,6 +47,7 @@ def pool_size(workers: int | Literal["auto"]) -> int:
     process (rounded up) when it runs in one, else the cores this process may use."""
     if workers != "auto":
         return workers
+    import math
     import os
 
     try:
@@ -56,7 +57,7 @@ def pool_size(workers: int | Literal["auto"]) -> int:
         if context is not None and context.worker.mode == ray.WORKER_MODE:  # not the driver
             cpus = context.get_assigned_resources().get("CPU")
             if cpus:
-                return max(1, int(-(-cpus // 1)))
+                return max(1, math.ceil(cpus))
     except ImportError:
         pass
     return max(1, len(os.sched_getaffinity(0)))
