@@ -33,6 +33,10 @@ class StageCounts:
     # wall and busy describe the attempt that completed the stage (a resumed stage reran part)
     wall_seconds_last_attempt: float | None = None
     utilization_last_attempt: float | None = None
+    # the workers' shard input reads and output writes, and their idle time between shards
+    # (``pipeline.runner.shard_timing``)
+    io_seconds_last_attempt: float | None = None
+    gap_seconds_last_attempt: float | None = None
     workers: int | None = None
     stats: Mapping[str, float] = dataclasses.field(default_factory=dict)
     shards: int | None = None

@@ -170,6 +170,24 @@ def _source_shards(spec: StageSpec, store: RunStore, shard_size: int,
     return refs, rows
 
 
+def shard_timing(markers: list[dict[str, Any]]) -> dict[str, float]:
+    """Where a stage's time outside its shards' work went (this attempt's shards):
+    ``io_seconds_last_attempt``, the workers reading their input and writing their output, and
+    ``gap_seconds_last_attempt``, each worker's idle time between finishing one shard and
+    starting its next (scheduling: the driver's loop, Ray's dispatch, argument transfer)."""
+    io = sum(m.get("read_seconds", 0.0) + m.get("write_seconds", 0.0) for m in markers)
+    by_worker: dict[str, list[dict[str, Any]]] = {}
+    for m in markers:
+        if "started_at" in m and "worker" in m:
+            by_worker.setdefault(m["worker"], []).append(m)
+    gap = 0.0
+    for ms in by_worker.values():
+        ms.sort(key=lambda m: m["started_at"])
+        gap += sum(max(0.0, nxt["started_at"] - prev["written_at"])
+                   for prev, nxt in zip(ms, ms[1:]))
+    return {"io_seconds_last_attempt": io, "gap_seconds_last_attempt": gap}
+
+
 def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, executor: Any,
               shard_size: int, progress: Progress | None = None) -> StageCounts:
     """Bring one stage to completion (skipping what is already done); returns its counts."""
@@ -220,8 +238,10 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
                        shards_done=len(markers), why=recomputed if done else None)
     start = time.perf_counter()
     busy = 0.0
+    attempt: list[dict[str, Any]] = []
     for marker in executor.map_shards(spec, cfg, ctx, todo):
         markers[marker["shard"]] = marker
+        attempt.append(marker)
         busy += marker["seconds"]
         if progress:
             progress.advance(spec.name, marker["input_rows"])
@@ -252,6 +272,7 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         # share of the workers' time spent in shards: the rest is idle cores (a tail where one
         # shard runs alone) or scheduling
         "utilization_last_attempt": busy / (wall * workers) if workers and wall > 0 else None,
+        **shard_timing(attempt),
         "workers": workers,
         "stats": dict(extra),
         "executor": executor.name,
@@ -301,6 +322,13 @@ def _model_ids(value: Any, known: set[str]) -> set[str]:
     return set()
 
 
+def stage_models(section: Any, known: set[str]) -> set[str]:
+    """The registry models a stage's config section names (what its shards will call)."""
+    if callable(getattr(section, "models_used", None)):  # the section knows (mine.source)
+        return set(section.models_used()) & known
+    return _model_ids(section.model_dump(mode="json"), known)
+
+
 def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
     """Fail before any work when a model the model stages use has no local weights.
 
@@ -316,11 +344,7 @@ def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
     registry = load_registry(cfg.models_file)
     used: set[str] = set()
     for spec in model_specs:
-        section = cfg.stage_config(spec.name)
-        if callable(getattr(section, "models_used", None)):  # the section knows (mine.source)
-            used |= set(section.models_used())
-        else:
-            used |= _model_ids(section.model_dump(mode="json"), set(registry))
+        used |= stage_models(cfg.stage_config(spec.name), set(registry))
     for model_id in sorted(used & set(registry)):
         entry = registry[model_id]
         try:

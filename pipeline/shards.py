@@ -10,6 +10,8 @@ import dataclasses
 import errno
 import json
 import logging
+import os
+import socket
 import sqlite3
 import time
 import traceback
@@ -172,6 +174,7 @@ def check_outputs(spec: StageSpec, table: pa.Table) -> None:
 def execute_shard(spec: StageSpec, cfg: StageConfig, ctx: Any, index: int,
                   rows: pa.Table | ShardRef, input_hash: str) -> dict[str, Any]:
     """Compute shard ``index`` of a stage and commit it; returns the marker written."""
+    started_at, begin = time.time(), time.perf_counter()
     store = RunStore(ctx.run_dir).stage(spec.name)
     table = rows.read(ctx.run_dir) if isinstance(rows, ShardRef) else rows
     ctx.model_seconds = 0.0
@@ -189,5 +192,12 @@ def execute_shard(spec: StageSpec, cfg: StageConfig, ctx: Any, index: int,
         "cache_misses": ctx.cache["misses"],
         "reasons": dict(Counter(dropped.column("reason").to_pylist())),
         "stats": {k: float(v) for k, v in result.stats.items()},
+        # where the shard ran and its I/O apart from the work: the runner's gaps between one
+        # shard's ``written_at`` and the next one's ``started_at`` on a worker are scheduling
+        "worker": f"{socket.gethostname()}:{os.getpid()}",
+        "started_at": started_at,
+        "read_seconds": start - begin,
     }
-    return store.write_shard(index, result.table, dropped, info)
+    write_start = time.perf_counter()
+    marker = store.write_shard(index, result.table, dropped, info)
+    return dict(marker, write_seconds=time.perf_counter() - write_start)

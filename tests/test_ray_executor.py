@@ -54,3 +54,21 @@ def test_free_model_worker_takes_the_next_shard(tmp_path, ray_local):
     row = funnel[-1]
     assert row.shards == 6 and row.workers == 2
     assert 0 < row.utilization_last_attempt <= 1
+
+
+def test_shards_queue_ahead_only_where_no_engine_actor_is_called(tmp_path):
+    # a queued Ray task starts when a running one blocks on an engine call, so only stages that
+    # call no engine actor (CPU stages; served models) may keep a shard queued per worker
+    from pipeline.config import load_config
+    from pipeline.context import RunContext
+    from stages import get_stage
+
+    for config, model_stages_call_engines in (("configs/default.yaml", True),
+                                              ("configs/openai.yaml", False)):
+        cfg = load_config(config)
+        ctx = RunContext(tmp_path, cfg, threads=1)
+        for name in ("answer", "judge", "decontaminate", "verify"):
+            spec = get_stage(name)
+            expected = spec.uses_models and model_stages_call_engines
+            assert RayExecutor.calls_engines(spec, cfg.stage_config(name), ctx) is expected, \
+                (config, name)

@@ -83,7 +83,8 @@ SPECS = [GEN, SQUARE, FILTER]
 
 
 def toy_ctx(run_dir: Path | str) -> RunContext:
-    cfg = SimpleNamespace(seed=0, runner=SimpleNamespace(request_cache=False))
+    cfg = SimpleNamespace(seed=0, runner=SimpleNamespace(request_cache=False),
+                          models_file=Path(__file__).parents[1] / "configs" / "models.yaml")
     return RunContext(run_dir, cfg, threads=1)
 
 
