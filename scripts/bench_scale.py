@@ -17,7 +17,9 @@ What is measured (all from the run's own funnel unless said):
   ``driver_rss_mb_by_stage``: its highest RSS (sampled once a second) during each stage (the
   last stage's value includes the end of the run: funnel, ``dropped.parquet``).
 * per stage: rows in, stage wall (``wall_seconds_last_attempt``), rows/s = rows in / wall, and
-  its shards' time split into model calls and the rest.
+  its shards' time split into model calls and the rest; ``io_s``: the workers' reading of
+  shard inputs and writing of outputs (outside the shards' time); ``gap_s``: the workers' idle
+  time between one shard's end and their next shard's start, summed over workers.
 * ``model_s``: simulated model time as the pipeline waits for it: per stage, the shards'
   seconds inside backend calls divided by the stage's concurrent workers, summed. The servers'
   own count (``server_simulated_s``: the sum of every request's latency; ``server_busy_s``:
@@ -40,7 +42,8 @@ Usage::
     python scripts/bench_scale.py --instructions 5000 20000 50000 --json bench.json
     python scripts/bench_scale.py --instructions 200 --set rate.n_bootstrap=0
 
-The tests each answer runs are kept small (two authors, two tests each, one repair round) and
+The tests each answer runs are kept small (two authors, two tests and two generated inputs
+each, one repair round) and
 each battle has one judge (``judge.max_judges: 1``) so that 50k instructions fit about an hour
 on 2 cores; ``--set`` overrides any config field.
 """
@@ -122,7 +125,10 @@ def write_run_files(workdir: Path, ports: dict[str, int], source: Path, name: st
         # projected from it, ~1 h 50 min instead of the hour the benchmark is sized for;
         # `--set judge.max_judges=null` restores them.
         "judge": {"protocol": "pointwise_logprob", "max_judges": 1},
-        "tests": {"authors": experts[:2], "tests_per_author": 2},
+        # Two authors, two written tests and two generated inputs each: 8 programs per
+        # candidate. The default six inputs made 15 (10.3 augmented rows per instruction at
+        # 5k) and the sandbox 41% of the 50k run's wall.
+        "tests": {"authors": experts[:2], "tests_per_author": 2, "inputs_per_author": 2},
         "repair": {"max_rounds": 1},
     }
     path = workdir / "run.yaml"
@@ -227,7 +233,9 @@ def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -
                         "shards": s.get("shards"),
                         "rows_per_s": round(s["rows_in"] / stage_wall, 1) if stage_wall else None,
                         "model_s": round(s["model_seconds"], 2),
-                        "other_s": round(s["seconds"] - s["model_seconds"], 2)}
+                        "other_s": round(s["seconds"] - s["model_seconds"], 2),
+                        "io_s": round(s.get("io_seconds_last_attempt", 0.0), 2),
+                        "gap_s": round(s.get("gap_seconds_last_attempt", 0.0), 2)}
     overhead = max(wall_s - work_s, 0.0)
     requests = sum(sum(v["requests"].values()) for v in servers.values())
     return {
@@ -299,11 +307,11 @@ def print_report(entries: list[dict[str, Any]]) -> None:
             print(f"FAILED (exit {e['exit_code']}):\n{e['error']}")
             continue
         print(f"{'stage':<14}{'rows in':>9}{'rows out':>9}{'wall s':>9}{'rows/s':>9}"
-              f"{'model s':>9}{'other s':>9}{'workers':>8}{'shards':>7}")
+              f"{'model s':>9}{'other s':>9}{'io s':>8}{'gap s':>8}{'workers':>8}{'shards':>7}")
         for name, s in e["stages"].items():
             print(f"{name:<14}{s['rows_in']:>9}{s['rows_out']:>9}{s['wall_s']:>9}"
                   f"{s['rows_per_s'] or '-':>9}{s['model_s']:>9}{s['other_s']:>9}"
-                  f"{s['workers']:>8}{s['shards'] or '-':>7}")
+                  f"{s.get('io_s', 0):>8}{s.get('gap_s', 0):>8}{s['workers']:>8}{s['shards'] or '-':>7}")
         print(f"runner overhead {e['runner_overhead_s']} s = {e['overhead_share']:.1%} of wall "
               f"({e['outside_stages_s']} s outside any stage); model time {e['model_s']} s "
               f"(overhead / model = {e['overhead_vs_model']}); sandbox {e['sandbox_s']} s; "
