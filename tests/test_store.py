@@ -132,6 +132,27 @@ def test_read_where_filters_each_shard_and_keeps_order(root):
     assert stage.schema().names == ["k", "v"]
 
 
+def test_read_where_decodes_a_shard_once_and_sees_a_rewritten_one(root, monkeypatch):
+    # every shard of a stage sharded from an unsharded source reads the same one file
+    import pipeline.store as store_module
+
+    stage = RunStore(root).stage("s")
+    stage.write_shard(0, pa.table({"k": ["a", "b", "c"], "v": [1, 2, 3]}),
+                      DROPPED_SCHEMA.empty_table(), {"input_hash": "0"})
+    stage.mark_success({"shards": 1})
+    decodes = []
+    real = store_module.pq.read_table
+    monkeypatch.setattr(store_module.pq, "read_table",
+                        lambda *a, **k: decodes.append(1) or real(*a, **k))
+    assert [stage.read_where("k", [key], parts=[0]).column("v").to_pylist()
+            for key in "abc"] == [[1], [2], [3]]
+    assert len(decodes) == 1
+    stage.write_shard(0, pa.table({"k": ["a"], "v": [10]}), DROPPED_SCHEMA.empty_table(),
+                      {"input_hash": "1"})
+    assert stage.read_where("k", ["a"], parts=[0]).column("v").to_pylist() == [10]
+    assert len(decodes) == 2
+
+
 def test_reading_columns_skips_shards_that_kept_no_row(root):
     stage = RunStore(root).stage("s")
     for i, part in enumerate([pa.table({}), pa.table({"k": ["a"], "v": [1]})]):
