@@ -131,14 +131,12 @@ class RayExecutor:
         # Every shard is a task; a model stage's tasks send their requests to the models'
         # engine pools (pipeline.engines), so a task holds no model and may run on any node.
         # Ray hands the next queued shard to whichever CPU frees first.
-        # At most `parallelism` in flight, the next one submitted as one finishes: a task blocked
-        # in ray.get on an engine gives its CPU back to Ray, which would otherwise start every
-        # queued shard at once (the default run's mine stage had 4 running for 2 engines).
-        # A stage that calls no engine actor keeps one more shard queued per worker: Ray hands
-        # it to the worker that frees first, without waiting for this loop (the wait between
-        # one shard's end and the next one's start was 8-38 ms a shard at 50k instructions).
-        # One that calls engines cannot: its queued tasks would start while the running ones
-        # wait on an engine.
+        # A bounded number in flight, the next one submitted as one finishes. A stage that calls
+        # engine actors gets exactly `parallelism`: a task blocked in ray.get on an engine gives
+        # its CPU back to Ray, which would otherwise start every queued shard at once (the
+        # default run's mine stage had 4 running for 2 engines). Any other stage keeps one more
+        # shard queued per worker, which Ray hands to the worker that frees first without
+        # waiting for this loop (that wait was 8-38 ms a shard at 50k instructions).
         depth = self.parallelism(spec) * (1 if self.calls_engines(spec, cfg, ctx) else 2)
         task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries)
         # the stage's arguments go to the object store once, not with every shard
