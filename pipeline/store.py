@@ -227,24 +227,30 @@ class StageStore:
         if self.success() is None:
             raise StoreError(f"cannot read stage output:\n  {self.stage}: not complete")
         buffers, problems = [], []
-        key = "sha256" if which == "kept" else "dropped_sha256"
         for i in indices:
-            marker = self._root.read_json(self.marker_path(i))
-            path = self.shard_path(i) if which == "kept" else self.dropped_path(i)
-            if marker is None:
-                problems.append(f"{self._root.show(self.marker_path(i))}: marker missing")
-                continue
-            data = fsys.read_bytes(self.fs, path)
-            if data is None:
-                problems.append(f"{self._root.show(path)}: missing")
-            elif hashlib.sha256(data).hexdigest() != marker.get(key):
-                problems.append(f"{self._root.show(path)}: checksum mismatch (truncated or "
-                                "modified)")
+            buf, problem = self._checked(i, self._root.read_json(self.marker_path(i)), which)
+            if problem is not None:
+                problems.append(problem)
             else:
-                buffers.append(pa.py_buffer(data))
+                buffers.append(buf)
         if problems:
             raise StoreError("cannot read stage output:\n  " + "\n  ".join(problems))
         return buffers
+
+    def _checked(self, i: int, marker: dict | None,
+                 which: str = "kept") -> tuple[pa.Buffer | None, str | None]:
+        """Shard ``i``'s file bytes checked against ``marker`` (already read by the caller),
+        or what is wrong with them."""
+        if marker is None:
+            return None, f"{self._root.show(self.marker_path(i))}: marker missing"
+        path = self.shard_path(i) if which == "kept" else self.dropped_path(i)
+        data = fsys.read_bytes(self.fs, path)
+        if data is None:
+            return None, f"{self._root.show(path)}: missing"
+        if hashlib.sha256(data).hexdigest() != marker.get(
+                "sha256" if which == "kept" else "dropped_sha256"):
+            return None, f"{self._root.show(path)}: checksum mismatch (truncated or modified)"
+        return pa.py_buffer(data), None
 
     def remove_stale(self, keep: int) -> None:
         """Drop temp files of killed writers and shards numbered >= keep (an earlier plan's)."""
@@ -285,8 +291,10 @@ class StageStore:
         """
         import pyarrow.compute as pc
 
-        info = self.success() or {}
-        indices = list(range(info.get("shards", 0))) if parts is None else list(parts)
+        info = self.success()
+        if info is None:
+            raise StoreError(f"cannot read stage output:\n  {self.stage}: not complete")
+        indices = list(range(info["shards"])) if parts is None else list(parts)
         wanted = pa.array(list(values), pa.string())
         tables = [t.filter(pc.is_in(t.column(key), value_set=wanted))
                   for i in indices if (t := self._decoded(i, key)) is not None]
@@ -295,13 +303,15 @@ class StageStore:
     def _decoded(self, i: int, key: str) -> pa.Table | None:
         """Shard ``i``'s kept rows, decoded once per process (see ``_DECODED``); None when
         the shard kept no row and has no ``key`` column."""
-        marker = self._root.read_json(self.marker_path(i)) or {}
-        cache_key = (self._root.show(self.shard_path(i)), str(marker.get("sha256")))
+        marker = self._root.read_json(self.marker_path(i))
+        cache_key = (self._root.show(self.shard_path(i)), str((marker or {}).get("sha256")))
         with _DECODED_LOCK:
             if cache_key in _DECODED:
                 _DECODED.move_to_end(cache_key)
                 return _DECODED[cache_key]
-        buf = self._verified([i])[0]
+        buf, problem = self._checked(i, marker)
+        if problem is not None:
+            raise StoreError("cannot read stage output:\n  " + problem)
         table = pq.read_table(pa.BufferReader(buf)) if _has_rows_or_columns(buf, [key]) else None
         with _DECODED_LOCK:
             _DECODED[cache_key] = table

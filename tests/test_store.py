@@ -153,6 +153,18 @@ def test_read_where_decodes_a_shard_once_and_sees_a_rewritten_one(root, monkeypa
     assert len(decodes) == 2
 
 
+def test_read_where_refuses_an_incomplete_stage_and_an_altered_file(root):
+    stage = RunStore(root).stage("s")
+    stage.write_shard(0, pa.table({"k": ["a"], "v": [1]}), DROPPED_SCHEMA.empty_table(),
+                      {"input_hash": "0"})
+    with pytest.raises(StoreError, match="s: not complete"):
+        stage.read_where("k", ["a"], parts=[0])
+    stage.mark_success({"shards": 1})
+    fsys.write_bytes(stage.fs, stage.shard_path(0), b"not parquet")
+    with pytest.raises(StoreError, match="part-00000.*checksum mismatch"):
+        stage.read_where("k", ["a"], parts=[0])
+
+
 def test_reading_columns_skips_shards_that_kept_no_row(root):
     stage = RunStore(root).stage("s")
     for i, part in enumerate([pa.table({}), pa.table({"k": ["a"], "v": [1]})]):
