@@ -117,7 +117,7 @@ class RayExecutor:
         if not spec.uses_models:
             return False
         from pipeline.engines import LOCAL_BACKENDS
-        from pipeline.runner import stage_models
+        from pipeline.models import stage_models
 
         registry = ctx.registry()
         return any(registry[m].backend in LOCAL_BACKENDS

@@ -10,6 +10,7 @@ running again therefore ends with each row exactly once.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import json
 import logging
 import os
@@ -184,7 +185,7 @@ def shard_timing(markers: list[dict[str, Any]]) -> dict[str, float]:
     for ms in by_worker.values():
         ms.sort(key=lambda m: m["started_at"])
         gap += sum(max(0.0, nxt["started_at"] - prev["written_at"])
-                   for prev, nxt in zip(ms, ms[1:]))
+                   for prev, nxt in itertools.pairwise(ms))
     return {"io_seconds_last_attempt": io, "gap_seconds_last_attempt": gap}
 
 
@@ -312,23 +313,6 @@ def _write_run_summary(store: RunStore, funnel: Funnel) -> None:
     store.write_artifact("stats.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
-def _model_ids(value: Any, known: set[str]) -> set[str]:
-    if isinstance(value, str):
-        return {value} & known
-    if isinstance(value, dict):
-        return set().union(*(_model_ids(v, known) for v in value.values()))
-    if isinstance(value, (list, tuple)):
-        return set().union(*(_model_ids(v, known) for v in value))
-    return set()
-
-
-def stage_models(section: Any, known: set[str]) -> set[str]:
-    """The registry models a stage's config section names (what its shards will call)."""
-    if callable(getattr(section, "models_used", None)):  # the section knows (mine.source)
-        return set(section.models_used()) & known
-    return _model_ids(section.model_dump(mode="json"), known)
-
-
 def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
     """Fail before any work when a model the model stages use has no local weights.
 
@@ -336,7 +320,7 @@ def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
     directory exists, as one failed row per request. Cheap: pip metadata and ``stat`` only
     (served models are not probed here: an unreachable server fails its stage with the URL).
     """
-    from pipeline.models import load_registry, package_files
+    from pipeline.models import load_registry, package_files, stage_models
 
     model_specs = [s for s in specs if s.uses_models]
     if not model_specs:

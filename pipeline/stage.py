@@ -53,9 +53,13 @@ class StageResult:
 class StageContext(Protocol):
     """What the runner hands a stage. Implemented by ``pipeline.context.RunContext``."""
 
-    run_dir: Path
-    config: Any  # pipeline.config.RunConfig; typed loosely to keep stages import-light
+    # No run directory and no run config here: a stage's settings are its frozen config
+    # section and what it reads comes through ``read`` (the store owns the layout).
     seed: int
+    run_id: str  # the run directory's name (what a dataset row records as its provenance)
+
+    def config_hash(self) -> str | None:
+        """The run config's hash (provenance of a dataset row)."""
 
     def backend(self, model_id: str) -> Any:
         """The LLM backend for a registered model id (loaded once per process, request-cached)."""
@@ -80,7 +84,7 @@ class StageContext(Protocol):
     def advance(self, rows: int) -> None:
         """Report progress inside a shard (rows finished); optional to call."""
 
-    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path:
+    def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path | str:
         """Atomically write a side artifact (ratings table, report) under the run directory."""
 
     def cache_dir(self, name: str) -> Path:

@@ -6,7 +6,7 @@ Example::
     path = resolve_weights(registry["qwen2.5-coder-0.5b"])   # assembles once, then cached
 """
 
-from pipeline.models.registry import ModelSpec, load_registry
+from pipeline.models.registry import ModelSpec, load_registry, stage_models
 from pipeline.models.weights import (
     ModelNotInstalledError,
     WeightsCorruptError,
@@ -28,5 +28,6 @@ __all__ = [
     "model_cache_dir",
     "package_files",
     "resolve_weights",
+    "stage_models",
     "weights_fingerprint",
 ]

@@ -186,3 +186,20 @@ def natural_key(text: str) -> list:
     ['p1.bin', 'p2.bin', 'p10.bin']
     """
     return [int(tok) if tok.isdigit() else tok for tok in re.split(r"(\d+)", text)]
+
+
+def _model_ids(value: Any, known: set[str]) -> set[str]:
+    if isinstance(value, str):
+        return {value} & known
+    if isinstance(value, dict):
+        return set().union(*(_model_ids(v, known) for v in value.values()))
+    if isinstance(value, (list, tuple)):
+        return set().union(*(_model_ids(v, known) for v in value))
+    return set()
+
+
+def stage_models(section: Any, known: set[str]) -> set[str]:
+    """The registry models a stage's config section names (what its shards will call)."""
+    if callable(getattr(section, "models_used", None)):  # the section knows (mine.source)
+        return set(section.models_used()) & known
+    return _model_ids(section.model_dump(mode="json"), known)
