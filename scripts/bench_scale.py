@@ -343,13 +343,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    entries: list[dict[str, Any]] = []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
         workdir = args.workdir or Path(tmp)
-        entries = [bench_size(n, args, workdir) for n in args.instructions]
-    add_growth(entries)
-    print_report(entries)
-    if args.json:
-        args.json.write_text(json.dumps(entries, indent=2) + "\n")
+        for n in args.instructions:
+            entries.append(bench_size(n, args, workdir))
+            add_growth(entries)
+            print_report(entries[-1:])
+            sys.stdout.flush()
+            if args.json:  # after every size: a run of hours stopped late keeps what it has
+                args.json.write_text(json.dumps(entries, indent=2) + "\n")
     return 0 if all("error" not in e for e in entries) else 1
 
 
