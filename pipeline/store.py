@@ -196,6 +196,13 @@ class StageStore:
     def success(self) -> dict[str, Any] | None:
         return self._root.read_json(self._root.file(f"stages/{self.stage}/{SUCCESS}"))
 
+    def _complete(self) -> dict[str, Any]:
+        """The success marker of a stage whose output is about to be read."""
+        info = self.success()
+        if info is None:
+            raise StoreError(f"cannot read stage output:\n  {self.stage}: not complete")
+        return info
+
     def clear_success(self) -> None:
         fsys.delete_file(self.fs, self._root.file(f"stages/{self.stage}/{SUCCESS}"))
 
@@ -218,14 +225,12 @@ class StageStore:
         return problems
 
     def _verified(self, indices: Iterable[int], which: str = "kept") -> list[pa.Buffer]:
-        """The bytes of shard files, each read once and checked against its marker.
+        """The bytes of shard files of a complete stage (the caller checked, ``_complete``),
+        each read once and checked against its marker.
 
         Raises:
-            StoreError: the stage is not complete, or a file is missing or altered (all such
-                problems listed).
+            StoreError: a file is missing or altered (all such problems listed).
         """
-        if self.success() is None:
-            raise StoreError(f"cannot read stage output:\n  {self.stage}: not complete")
         buffers, problems = [], []
         for i in indices:
             buf, problem = self._checked(i, self._root.read_json(self.marker_path(i)), which)
@@ -273,7 +278,7 @@ class StageStore:
 
     def key_parts(self, key: str) -> list[tuple[int, list]]:
         """``(shard index, its key values)`` per shard that kept rows (checksums verified)."""
-        indices = list(range(self.success()["shards"])) if self.success() else []
+        indices = list(range(self._complete()["shards"]))
         out = []
         for i, buf in zip(indices, self._verified(indices)):
             if pq.read_metadata(pa.BufferReader(buf)).num_rows:
@@ -291,10 +296,8 @@ class StageStore:
         """
         import pyarrow.compute as pc
 
-        info = self.success()
-        if info is None:
-            raise StoreError(f"cannot read stage output:\n  {self.stage}: not complete")
-        indices = list(range(info["shards"])) if parts is None else list(parts)
+        info = self._complete()
+        indices = list(range(info.get("shards", 0))) if parts is None else list(parts)
         wanted = pa.array(list(values), pa.string())
         tables = [t.filter(pc.is_in(t.column(key), value_set=wanted))
                   for i in indices if (t := self._decoded(i, key)) is not None]
@@ -321,10 +324,9 @@ class StageStore:
 
     def read(self, which: str = "kept", columns: Iterable[str] | None = None) -> pa.Table:
         """All shards of a complete stage, in shard order, checksums verified."""
-        info = self.success() or {}
         columns = list(columns) if columns is not None else None
         tables = [pq.read_table(pa.BufferReader(buf), columns=columns)
-                  for buf in self._verified(range(info.get("shards", 0)), which)
+                  for buf in self._verified(range(self._complete().get("shards", 0)), which)
                   if _has_rows_or_columns(buf, columns)]
         if not tables:
             return pa.table({})
