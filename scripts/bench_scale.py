@@ -73,6 +73,9 @@ from scale_instructions import write_jsonl
 EXPERTS = {"expert-1": 0.85, "expert-2": 0.75, "expert-3": 0.65, "expert-4": 0.55,
            "expert-5": 0.45}
 SANDBOX_STAGES = ("tests", "verify", "repair")
+# logprob readings per HTTP request, as configs/vllm.yaml sends them: a million one-reading
+# requests cost ~1 ms of CPU on each end, on the 2 cores the pipeline runs on
+PROMPTS_PER_REQUEST = 32
 
 
 def start_load_server(ms_per_token: float, ms_per_prompt_token: float,
@@ -105,7 +108,9 @@ def write_run_files(workdir: Path, ports: dict[str, int], source: Path, name: st
                "base_url": f"http://127.0.0.1:{ports[e]}/v1", "model_name": e,
                "chat_template_source": "registry", "chat_template": CHATML,
                "stop": ["<|im_end|>"], "n_ctx": 8192,
-               "options": {"max_concurrency": 16, "timeout_s": 120}}
+               # the load generator answers a list prompt as vLLM does (configs/vllm.yaml)
+               "options": {"max_concurrency": 16, "timeout_s": 120,
+                           "prompts_per_request": PROMPTS_PER_REQUEST}}
               for i, e in enumerate(EXPERTS)]
     registry = workdir / "models.yaml"
     registry.write_text(yaml.safe_dump({"models": models}, sort_keys=False))
@@ -249,6 +254,7 @@ def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -
         "overhead_vs_model": round(overhead / model_s, 3) if model_s else None,
         "sandbox_s": round(sandbox_s, 2),
         "server_requests": requests,
+        "server_http_requests": sum(v.get("http_requests", 0) for v in servers.values()),
         "server_simulated_s": round(sum(v["simulated_s"] for v in servers.values()), 2),
         "server_busy_s": round(max((v["busy_s"] for v in servers.values()), default=0.0), 2),
         "server_cpu_s": round(max((v["cpu_s"] for v in servers.values()), default=0.0), 2),
@@ -317,7 +323,8 @@ def print_report(entries: list[dict[str, Any]]) -> None:
         print(f"runner overhead {e['runner_overhead_s']} s = {e['overhead_share']:.1%} of wall "
               f"({e['outside_stages_s']} s outside any stage); model time {e['model_s']} s "
               f"(overhead / model = {e['overhead_vs_model']}); sandbox {e['sandbox_s']} s; "
-              f"servers: {e['server_requests']} requests, {e['server_simulated_s']} s simulated, "
+              f"servers: {e['server_requests']} prompts in {e['server_http_requests']} requests, "
+              f"{e['server_simulated_s']} s simulated, "
               f"{e['server_cpu_s']} s CPU")
         if "wall_growth" in e:
             g = e["wall_growth"]

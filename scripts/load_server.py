@@ -3,7 +3,7 @@
 One ``ThreadingHTTPServer`` per expert (one port each, as one ``vllm serve`` per model would be),
 speaking what :mod:`pipeline.backends.openai_server` sends: ``POST /v1/chat/completions``,
 ``POST /v1/completions`` (with ``logprobs: k``: the top-k next-token log probabilities in the
-legacy completions shape), ``POST /tokenize`` (which candidates are single tokens),
+legacy completions shape, of each prompt when ``prompt`` is a list, as vLLM answers it), ``POST /tokenize`` (which candidates are single tokens),
 ``GET /v1/models``, ``GET /props`` (a ChatML template) and ``GET /health``; ``GET /stats`` says
 what was served. Every reply waits ``ms_per_token`` per generated token plus
 ``ms_per_prompt_token`` per prompt token (4 characters make a token), so the pipeline, not the
@@ -57,7 +57,8 @@ class Meter:
 
     def __init__(self) -> None:
         self.lock = threading.Lock()
-        self.requests: dict[str, int] = {}
+        self.requests: dict[str, int] = {}  # prompts served, by kind
+        self.http_requests = 0  # a list-prompt request carries several
         self.simulated_s = 0.0
         self.busy_s = 0.0
         self.in_flight = 0
@@ -71,17 +72,21 @@ class Meter:
             self.in_flight += 1
             self.max_in_flight = max(self.max_in_flight, self.in_flight)
 
-    def leave(self, kind: str, simulated: float) -> None:
+    def leave(self, kinds: list[str], simulated: float) -> None:
+        """One HTTP request done; ``kinds``: the kind of each prompt it carried."""
         with self.lock:
             self.in_flight -= 1
             if self.in_flight == 0:
                 self.busy_s += time.perf_counter() - self._since
-            self.requests[kind] = self.requests.get(kind, 0) + 1
+            for kind in kinds:
+                self.requests[kind] = self.requests.get(kind, 0) + 1
+            self.http_requests += 1
             self.simulated_s += simulated
 
     def as_dict(self) -> dict:
         with self.lock:
-            return {"requests": dict(self.requests), "simulated_s": self.simulated_s,
+            return {"requests": dict(self.requests), "http_requests": self.http_requests,
+                    "simulated_s": self.simulated_s,
                     "busy_s": self.busy_s, "max_in_flight": self.max_in_flight}
 
 
@@ -134,17 +139,37 @@ def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float
                                                       f"served here ({expert.name})"}})
                 return
             meter.enter()
-            kind, simulated = "error", 0.0
+            kinds, simulated = ["error"], 0.0
             try:
-                kind, payload, prompt_tokens, completion_tokens = self._answer(body)
-                simulated = (prompt_tokens * ms_prompt + completion_tokens * ms_token) / 1000
+                if body.get("logprobs") and isinstance(body.get("prompt"), list):
+                    kinds, payload, simulated, prompt_tokens, completion_tokens = \
+                        self._logprob_batch(body)
+                else:
+                    kind, payload, prompt_tokens, completion_tokens = self._answer(body)
+                    kinds = [kind]
+                    simulated = (prompt_tokens * ms_prompt + completion_tokens * ms_token) / 1000
                 time.sleep(simulated)
                 payload["usage"] = {"prompt_tokens": prompt_tokens,
                                     "completion_tokens": completion_tokens,
                                     "total_tokens": prompt_tokens + completion_tokens}
                 self._send(200, payload)
             finally:
-                meter.leave(kind, simulated)
+                meter.leave(kinds, simulated)
+
+        def _logprob_batch(self, body: dict) -> tuple[list[str], dict, float, int, int]:
+            """A list ``prompt`` (vLLM's shape): one choice per prompt, in order. The engine
+            runs the prompts as concurrent sequences, so the request takes as long as its
+            longest prompt would alone: the simulated engine is as fast whether the client
+            sends the prompts one to a request or many."""
+            kinds, choices, longest, prompt_tokens = [], [], 0.0, 0
+            for i, prompt in enumerate(body["prompt"]):
+                kind, payload, tokens_in, tokens_out = self._answer(dict(body, prompt=prompt))
+                choices.append(dict(payload["choices"][0], index=i))
+                kinds.append(kind)
+                prompt_tokens += tokens_in
+                longest = max(longest, (tokens_in * ms_prompt + tokens_out * ms_token) / 1000)
+            return kinds, {"object": "text_completion", "model": expert.name,
+                           "choices": choices}, longest, prompt_tokens, len(choices)
 
         def _answer(self, body: dict) -> tuple[str, dict, int, int]:
             seed = body.get("seed")

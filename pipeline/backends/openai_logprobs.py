@@ -25,8 +25,9 @@ from typing import Any
 _FLOOR = -9999.0
 
 
-def logprob_body(model: str, prompt: str, top_k: int) -> dict[str, Any]:
-    """The ``/completions`` body that reads the next token's top ``top_k`` log probabilities.
+def logprob_body(model: str, prompt: str | list[str], top_k: int) -> dict[str, Any]:
+    """The ``/completions`` body that reads the next token's top ``top_k`` log probabilities
+    (of each prompt, when ``prompt`` is a list).
 
     >>> logprob_body("m", "Score: ", 5)["logprobs"]
     5

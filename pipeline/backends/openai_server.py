@@ -17,6 +17,14 @@ With ``n > 1`` each sample is its own request with seed ``seed + i``: not every 
 ``n`` (llama.cpp's does not), and per-sample seeds keep samples replayable one by one, as in the
 other backends.
 
+Logprob readings (the judges' and the difficulty scorer's one-token completions, most of a
+run's requests) may travel several to a request: ``prompts_per_request > 1`` sends a list
+``prompt``, which ``vllm serve`` and SGLang answer with one choice per prompt, in order, and
+schedule as one batch. At a million readings a run, the HTTP round trip and JSON of each
+request (~1 ms of CPU on each end) is what a reading costs once the engine is fast.
+llama-cpp-python's server takes a one-element list only, so the default is one prompt per
+request.
+
 Raw prompts (Magpie mining, the logprob protocols) are rendered on the client with the model's
 chat template, read from the files the registry names (:mod:`pipeline.backends.template_source`).
 """
@@ -89,6 +97,29 @@ def parse_response(data: dict[str, Any], *, chat: bool) -> Completion:
         return Completion.failed(f"malformed response ({exc!r}): {str(data)[:500]}")
 
 
+def per_prompt(data: dict[str, Any], n: int) -> list[dict[str, Any]]:
+    """A list-``prompt`` completions answer split into one single-choice answer per prompt.
+
+    Choices are matched to prompts by ``index`` (vLLM numbers them in prompt order). An answer
+    with another number of choices than prompts (a server that read one prompt of the list)
+    gives each prompt ``{"choices": [], "error": why}`` instead.
+
+    >>> [a["choices"][0]["text"] for a in per_prompt(
+    ...     {"choices": [{"index": 1, "text": "b"}, {"index": 0, "text": "a"}]}, 2)]
+    ['a', 'b']
+    >>> per_prompt({"choices": [{"index": 0, "text": "a"}]}, 2)[1]["choices"]
+    []
+    """
+    choices = data.get("choices") if isinstance(data, dict) else None
+    if not isinstance(choices, list) or len(choices) != n:
+        got = len(choices) if isinstance(choices, list) else "no"
+        note = {"choices": [], "error": f"{got} choices for a request of {n} prompts (does the "
+                "server take a list prompt? options.prompts_per_request: 1 sends one each)"}
+        return [note] * n
+    ordered = sorted(choices, key=lambda c: c.get("index", 0) if isinstance(c, dict) else 0)
+    return [{"choices": [c]} for c in ordered]
+
+
 class OpenAIServerBackend:
     """Client for one model on OpenAI-compatible HTTP servers.
 
@@ -111,6 +142,9 @@ class OpenAIServerBackend:
         logprobs_top_k: ``logprobs`` asked for by :meth:`next_token_logprobs` (vLLM's default
             ``--max-logprobs`` is 20).
         api_key_env: environment variable holding a bearer token, if the server needs one.
+        prompts_per_request: logprob readings per ``/completions`` request, at most (fewer
+            when a call's readings would not reach every replica); needs a server that answers
+            a list ``prompt`` with one choice per prompt (vLLM, SGLang).
     """
 
     # A batch of requests goes out concurrently and the server caches shared prompt
@@ -124,8 +158,11 @@ class OpenAIServerBackend:
                  bos_token: str = "", eos_token: str = "", strip_bos: bool = False,
                  max_concurrency: int = 4, timeout_s: float = 120.0, max_retries: int = 3,
                  backoff_s: float = 0.5, down_wait_s: float = 60.0, logprobs_top_k: int = 20,
-                 api_key_env: str | None = None) -> None:
+                 api_key_env: str | None = None, prompts_per_request: int = 1) -> None:
         import httpx
+
+        if int(prompts_per_request) < 1:
+            raise ValueError(f"options.prompts_per_request: {prompts_per_request!r}, need >= 1")
 
         self.model_id = model_id
         self._pool = ServerPool([base_url, *replicas], max_concurrency)
@@ -141,6 +178,7 @@ class OpenAIServerBackend:
         self.backoff_s = backoff_s
         self.down_wait_s = down_wait_s
         self.logprobs_top_k = logprobs_top_k
+        self.prompts_per_request = int(prompts_per_request)
         headers = {}
         if api_key_env:
             headers["Authorization"] = f"Bearer {os.environ.get(api_key_env, '')}"
@@ -190,12 +228,29 @@ class OpenAIServerBackend:
             except (ValueError, KeyError, TypeError) as exc:
                 return None, str(exc)
 
-        bodies = [logprob_body(self.model_name, self._wire_prompt(p), self.logprobs_top_k)
-                  for p in prompts.values()]
-        readings = self._run("/completions", bodies, parse, lambda error: (None, error))
+        texts = [self._wire_prompt(p) for p in prompts.values()]
+        size = self._prompts_per_body(len(texts))
+        chunks = [texts[s:s + size] for s in range(0, len(texts), size)]
+        bodies = [logprob_body(self.model_name, chunk[0] if size == 1 else chunk,
+                               self.logprobs_top_k) for chunk in chunks]
+        answers = self._run("/completions", bodies, lambda data: data, lambda error: error)
+        readings: list[LogprobReading] = []
+        for chunk, answer in zip(chunks, answers, strict=True):
+            if isinstance(answer, str):  # the request failed: every prompt of it did
+                readings += [(None, answer)] * len(chunk)
+            elif size == 1:
+                readings.append(parse(answer))
+            else:
+                readings += [(None, part["error"]) if "error" in part else parse(part)
+                             for part in per_prompt(answer, len(chunk))]
         for i, reading in zip(prompts, readings, strict=True):
             out[i] = reading
         return out  # type: ignore[return-value]
+
+    def _prompts_per_body(self, n: int) -> int:
+        """Prompts per logprob request for a call of ``n``: at most ``prompts_per_request``,
+        and few enough that every server of the model (``base_url`` and replicas) gets some."""
+        return max(1, min(self.prompts_per_request, -(-n // len(self._pool.servers))))
 
     def _wire_prompt(self, prompt: str) -> str:
         if self._strip_bos and self._bos and prompt.startswith(self._bos):
