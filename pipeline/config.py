@@ -80,6 +80,10 @@ class _RunBase(_Strict):
         "the cwd) or a pyarrow filesystem URI such as s3://bucket/runs.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
+    embedding_precision: Literal["float32", "bfloat16"] = Field(
+        default="float32", description="sentence-embedding compute type of decontaminate and "
+        "compress (one cache between them); bfloat16: ~3x faster on CPUs with AVX512-BF16 or "
+        "AMX and on GPUs, cosines within 1e-4 of float32's (stages.embeddings)")
 
     @field_validator("stages")
     @classmethod
@@ -159,6 +163,11 @@ class RunConfig(_RunBase):
                 "repair": {"timeout_s": self.verify.timeout_s,
                            "memory_mb": self.verify.memory_mb,
                            "fail_fast": self.verify.fail_fast}}
+        fill["compress"] = {"precision": self.embedding_precision}
+        check = self.decontaminate.embedding
+        if check.precision is None:
+            object.__setattr__(self, "decontaminate", self.decontaminate.model_copy(update={
+                "embedding": check.model_copy(update={"precision": self.embedding_precision})}))
         for section, defaults in fill.items():
             current = getattr(self, section)
             unset = {k: v for k, v in defaults.items() if getattr(current, k) is None}

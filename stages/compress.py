@@ -51,6 +51,7 @@ from pydantic import Field, field_validator
 
 from pipeline.stage import StageConfig, StageResult, StageSpec
 from stages.embeddings import (
+    cache_name,
     cached_embeddings,
     embed_texts,
     model_key,
@@ -81,6 +82,9 @@ class CompressConfig(StageConfig):
     batch_size: int = Field(default=64, ge=1)
     device: str | None = Field(default=None,
                                description="Embedding device; default: CUDA when available.")
+    precision: Literal["float32", "bfloat16"] | None = Field(
+        default=None, description="compute type of the embeddings (stages.embeddings); "
+        "default: the run's embedding_precision")
     backend: Literal["auto", "numpy", "torch"] = Field(
         default="auto", description="k-center backend (see stages.kcenter).")
     min_distance: float | None = Field(
@@ -123,14 +127,16 @@ def run(table: pa.Table, cfg: CompressConfig, ctx: Any) -> StageResult:
     table = table.take(pc.sort_indices(table, [("instruction_id", "ascending")]))
     texts = table.column("instruction").to_pylist()
     model_path = resolve_model_path(cfg.model)
-    cache_dir = ctx.cache_dir(f"embeddings/{model_key(model_path)}")
+    precision = cfg.precision or "float32"
+    cache_dir = ctx.cache_dir(cache_name(model_path, precision))
     emb, cached = cached_embeddings(
         texts, functools.partial(embed_texts, model_path=model_path, batch_size=cfg.batch_size,
-                                 device=cfg.device, ctx=ctx), cache_dir)
+                                 device=cfg.device, ctx=ctx, precision=precision), cache_dir)
     if cfg.normalize:
         emb = unit_rows(emb)
     ids = table.column("instruction_id").to_pylist()
-    ctx.write_artifact(EMBEDDINGS_ARTIFACT, embeddings_table(ids, emb, model_path, cfg.normalize))
+    ctx.write_artifact(EMBEDDINGS_ARTIFACT, embeddings_table(ids, emb, model_path, cfg.normalize,
+                                                             precision))
 
     k = resolve_budget(cfg.budget, n)
     first = first_center(cfg.first, emb, ids, seed=getattr(ctx, "seed", 0))
@@ -191,12 +197,13 @@ def first_center(how: str, emb: np.ndarray, ids: list[str], seed: int) -> int:
 
 
 def embeddings_table(ids: list[str], emb: np.ndarray, model_path: Path,
-                     normalized: bool) -> pa.Table:
+                     normalized: bool, precision: str = "float32") -> pa.Table:
     """The side artifact: one embedding per instruction_id, model recorded in the metadata."""
     table = vector_table(ids, emb)
     return table.replace_schema_metadata({"model": str(model_path),
                                           "model_key": model_key(model_path),
-                                          "normalized": str(normalized).lower()})
+                                          "normalized": str(normalized).lower(),
+                                          "precision": precision})
 
 
 STAGE = StageSpec(name="compress", config=CompressConfig, run=run, source="decontaminate",

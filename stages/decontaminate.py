@@ -26,7 +26,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Literal
 
 import pyarrow as pa
 from pydantic import Field
@@ -64,6 +64,9 @@ class EmbeddingCheck(StageConfig):
     model: str | None = Field(default=None, description="Local sentence-transformers "
                               "directory; default: the embedded all-MiniLM-L6-v2.")
     batch_size: int = Field(default=64, ge=1)
+    precision: Literal["float32", "bfloat16"] | None = Field(
+        default=None, description="compute type (stages.embeddings); default: the run's "
+        "embedding_precision, so that compress finds these vectors in the cache")
 
 
 class DecontaminateConfig(StageConfig):
@@ -221,10 +224,11 @@ def embedding_matches(instructions: Sequence[str], docs: Sequence[Doc],
 
     # Two exact-lookup calls: the benchmark documents are one part every shard reads, the
     # shard's instructions its own part (what a rerun finds, and what compress scans).
+    precision = cfg.precision or "float32"
     mine, _, _ = embed_cached(instructions, ctx, cfg.model, batch_size=cfg.batch_size,
-                              lookup="exact")
+                              lookup="exact", precision=precision)
     bench, _, _ = embed_cached([d[3] for d in docs], ctx, cfg.model, batch_size=cfg.batch_size,
-                               lookup="exact")
+                               lookup="exact", precision=precision)
     sims = unit_rows(mine) @ unit_rows(bench).T
     best = np.argmax(sims, axis=1)
     scores = sims[np.arange(len(instructions)), best]

@@ -6,9 +6,15 @@ is the ``instruction_id``), so what ``decontaminate`` computes, ``compress`` fin
 Normalising changes only whitespace, which the MiniLM (BERT WordPiece) tokenizer treats as a
 separator anyway: the token ids, hence the embeddings, are those of the raw text
 (``tests/stages/test_embeddings.py`` checks it). The cache lives in the run's
-``ctx.cache_dir("embeddings/<model_key>")``: Parquet parts of ``(instruction_id, embedding)``,
-raw float32 (unnormalised) vectors, each part written atomically, so concurrent or killed runs
-leave whole parts only.
+``ctx.cache_dir(cache_name(model_path, precision))``: Parquet parts of ``(instruction_id,
+embedding)``, raw float32 (unnormalised) vectors, each part written atomically, so concurrent or
+killed runs leave whole parts only.
+
+``precision``: ``float32`` (default), or ``bfloat16``, which runs the model under
+``torch.autocast``: measured here (AVX512-BF16 CPU, one thread, MiniLM, 256 bench
+instructions) 2.9x faster, every embedding within cosine 0.99996 of its float32 one. It pays
+on CPUs with AVX512-BF16 or AMX and on GPUs; elsewhere bfloat16 is emulated and slower. Its
+vectors have a cache of their own (``<model_key>-bfloat16``): the two never mix in one run.
 
 Example (an embed function that counts its calls)::
 
@@ -67,6 +73,15 @@ def model_key(model_path: Path) -> str:
     return h.hexdigest()[:16]
 
 
+Precision = Literal["float32", "bfloat16"]
+
+
+def cache_name(model_path: Path, precision: Precision = "float32") -> str:
+    """The run cache's directory for one model's embeddings at one precision."""
+    key = model_key(model_path)
+    return f"embeddings/{key}" if precision == "float32" else f"embeddings/{key}-{precision}"
+
+
 def load_model(model_path: Path, device: str | None = None, ctx: Any = None) -> Any:
     """The sentence-transformers model: the context's (loaded once per process) when there is
     one, else a fresh load (the stage keeps no model cache of its own)."""
@@ -78,12 +93,21 @@ def load_model(model_path: Path, device: str | None = None, ctx: Any = None) -> 
 
 
 def embed_texts(texts: list[str], model_path: Path, batch_size: int = 64,
-                device: str | None = None, ctx: Any = None) -> np.ndarray:
-    """(len(texts), d) float32 raw (unnormalised) sentence embeddings, in batches."""
+                device: str | None = None, ctx: Any = None,
+                precision: Precision = "float32") -> np.ndarray:
+    """(len(texts), d) float32 raw (unnormalised) sentence embeddings, in batches
+    (``precision``: the model's compute type; see the module docstring)."""
+    import contextlib
+
+    import torch
+
     model = load_model(model_path, device, ctx)
-    out = model.encode(texts, batch_size=batch_size, convert_to_numpy=True,
-                       normalize_embeddings=False, show_progress_bar=False)
-    return np.asarray(out, dtype=np.float32)
+    compute = (torch.autocast(model.device.type, dtype=torch.bfloat16)
+               if precision == "bfloat16" else contextlib.nullcontext())
+    with compute:
+        out = model.encode(texts, batch_size=batch_size, convert_to_tensor=True,
+                           normalize_embeddings=False, show_progress_bar=False)
+    return out.float().cpu().numpy()
 
 
 def _part_name(keys: Sequence[str]) -> str:
@@ -145,8 +169,8 @@ def cached_embeddings(texts: Sequence[str], embed: Callable[[list[str]], np.ndar
 
 
 def embed_cached(texts: Sequence[str], ctx: Any, model: str | None, batch_size: int = 64,
-                 device: str | None = None,
-                 lookup: Literal["scan", "exact"] = "scan") -> tuple[np.ndarray, int, Path]:
+                 device: str | None = None, lookup: Literal["scan", "exact"] = "scan",
+                 precision: Precision = "float32") -> tuple[np.ndarray, int, Path]:
     """Raw embeddings of ``texts`` through the run's cache (``ctx`` None: no cache;
     ``lookup``: see :func:`cached_embeddings`).
 
@@ -154,9 +178,9 @@ def embed_cached(texts: Sequence[str], ctx: Any, model: str | None, batch_size: 
         The embeddings, how many came from the cache, and the model directory used.
     """
     model_path = resolve_model_path(model)
-    cache_dir = ctx.cache_dir(f"embeddings/{model_key(model_path)}") if ctx is not None else None
+    cache_dir = ctx.cache_dir(cache_name(model_path, precision)) if ctx is not None else None
     embed = functools.partial(embed_texts, model_path=model_path, batch_size=batch_size,
-                              device=device, ctx=ctx)
+                              device=device, ctx=ctx, precision=precision)
     vecs, cached = cached_embeddings(texts, embed, cache_dir, lookup)
     return vecs, cached, model_path
 

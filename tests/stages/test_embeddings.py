@@ -90,3 +90,39 @@ def test_compress_reuses_what_decontaminate_embedded(tmp_path):
     parts = len(list(tmp_path.glob("cache/embeddings/*/part-*.parquet")))
     decontaminate.run(table, decontaminate.DecontaminateConfig(), ctx)
     assert len(list(tmp_path.glob("cache/embeddings/*/part-*.parquet"))) == parts
+
+
+@pytest.mark.models
+def test_bfloat16_embeddings_agree_with_float32_and_keep_a_cache_of_their_own(tmp_path):
+    from stages.embeddings import embed_texts, resolve_model_path
+
+    path = resolve_model_path(None)
+    full, half = embed_texts(TEXTS, path), embed_texts(TEXTS, path, precision="bfloat16")
+    assert full.dtype == half.dtype == np.float32 and not np.array_equal(full, half)
+    cosines = (full * half).sum(1) / np.linalg.norm(full, axis=1) / np.linalg.norm(half, axis=1)
+    assert cosines.min() > 0.9999
+    # the same run embeds the texts again at the other precision, in another cache directory,
+    # and a run of one precision end to end (the run-level setting) reuses its own vectors
+    ctx, table = Ctx(tmp_path), pa.table({"instruction_id": [instruction_id(t) for t in TEXTS],
+                                          "instruction": TEXTS})
+    check = decontaminate.EmbeddingCheck(precision="bfloat16")
+    kept = decontaminate.run(table, decontaminate.DecontaminateConfig(embedding=check), ctx).table
+    assert kept.num_rows == len(TEXTS) - 1  # the same contamination found
+    mixed = compress.run(kept, compress.CompressConfig(min_distance=None), ctx)
+    assert mixed.stats["embeddings_computed"] == kept.num_rows  # float32: not bf16's vectors
+    same = compress.run(kept, compress.CompressConfig(min_distance=None, precision="bfloat16"),
+                        ctx)
+    assert same.stats["embeddings_cached"] == kept.num_rows
+    assert sorted(p.name for p in (tmp_path / "cache" / "embeddings").iterdir())[1].endswith(
+        "-bfloat16")
+
+
+def test_the_run_level_precision_reaches_both_stages_unless_a_stage_sets_its_own():
+    from pipeline.config import load_config
+
+    root = Path(__file__).resolve().parents[2]
+    cfg = load_config(root / "configs" / "smoke.yaml", ["embedding_precision=bfloat16",
+                                                         "compress.precision=float32"])
+    assert cfg.decontaminate.embedding.precision == "bfloat16"
+    assert cfg.compress.precision == "float32"
+    assert load_config(root / "configs" / "smoke.yaml").compress.precision == "float32"
