@@ -19,8 +19,8 @@ other backends.
 
 Logprob readings (the judges' and the difficulty scorer's one-token completions, most of a
 run's requests) may travel several to a request: ``prompts_per_request > 1`` sends a list
-``prompt``, which ``vllm serve`` and SGLang answer with one choice per prompt, in order, and
-schedule as one batch. At a million readings a run, the HTTP round trip and JSON of each
+``prompt``, which ``vllm serve`` answers with one choice per prompt, in order (its
+``serving_completion.py``; other servers: check before you set it), and schedules as one batch. At a million readings a run, the HTTP round trip and JSON of each
 request (~1 ms of CPU on each end) is what a reading costs once the engine is fast.
 llama-cpp-python's server takes a one-element list only, so the default is one prompt per
 request.
@@ -144,7 +144,7 @@ class OpenAIServerBackend:
         api_key_env: environment variable holding a bearer token, if the server needs one.
         prompts_per_request: logprob readings per ``/completions`` request, at most (fewer
             when a call's readings would not reach every replica); needs a server that answers
-            a list ``prompt`` with one choice per prompt (vLLM, SGLang).
+            a list ``prompt`` with one choice per prompt (``vllm serve``).
     """
 
     # A batch of requests goes out concurrently and the server caches shared prompt
