@@ -26,6 +26,7 @@ from stages.clean import CleanConfig
 from stages.compress import CompressConfig
 from stages.decontaminate import DecontaminateConfig
 from stages.difficulty import DifficultyConfig
+from stages.embeddings import Precision
 from stages.emit import EmitConfig
 from stages.judge import JudgeConfig
 from stages.mine import MineConfig
@@ -80,7 +81,7 @@ class _RunBase(_Strict):
         "the cwd) or a pyarrow filesystem URI such as s3://bucket/runs.")
     runner: RunnerConfig = Field(default_factory=RunnerConfig)
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
-    embedding_precision: Literal["float32", "bfloat16"] = Field(
+    embedding_precision: Precision = Field(
         default="float32", description="sentence-embedding compute type of decontaminate and "
         "compress (one cache between them); bfloat16: ~3x faster on CPUs with AVX512-BF16 or "
         "AMX and on GPUs, cosines within 1e-4 of float32's (stages.embeddings)")

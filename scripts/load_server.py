@@ -3,7 +3,8 @@
 One ``ThreadingHTTPServer`` per expert (one port each, as one ``vllm serve`` per model would be),
 speaking what :mod:`pipeline.backends.openai_server` sends: ``POST /v1/chat/completions``,
 ``POST /v1/completions`` (with ``logprobs: k``: the top-k next-token log probabilities in the
-legacy completions shape, of each prompt when ``prompt`` is a list, as vLLM answers it), ``POST /tokenize`` (which candidates are single tokens),
+legacy completions shape, of each prompt when ``prompt`` is a list, as vLLM answers it),
+``POST /tokenize`` (which candidates are single tokens),
 ``GET /v1/models``, ``GET /props`` (a ChatML template) and ``GET /health``; ``GET /stats`` says
 what was served. Every reply waits ``ms_per_token`` per generated token plus
 ``ms_per_prompt_token`` per prompt token (4 characters make a token), so the pipeline, not the

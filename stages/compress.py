@@ -39,7 +39,6 @@ start from.
 
 from __future__ import annotations
 
-import functools
 import math
 from pathlib import Path
 from typing import Any, Literal
@@ -50,15 +49,7 @@ import pyarrow.compute as pc
 from pydantic import Field, field_validator
 
 from pipeline.stage import StageConfig, StageResult, StageSpec
-from stages.embeddings import (
-    cache_name,
-    cached_embeddings,
-    embed_texts,
-    model_key,
-    resolve_model_path,
-    unit_rows,
-    vector_table,
-)
+from stages.embeddings import Precision, embed_cached, model_key, unit_rows, vector_table
 from stages.kcenter import kcenter_greedy_with_radii
 
 DROP_REASON = "not_selected"
@@ -82,7 +73,7 @@ class CompressConfig(StageConfig):
     batch_size: int = Field(default=64, ge=1)
     device: str | None = Field(default=None,
                                description="Embedding device; default: CUDA when available.")
-    precision: Literal["float32", "bfloat16"] | None = Field(
+    precision: Precision | None = Field(
         default=None, description="compute type of the embeddings (stages.embeddings); "
         "default: the run's embedding_precision")
     backend: Literal["auto", "numpy", "torch"] = Field(
@@ -126,12 +117,9 @@ def run(table: pa.Table, cfg: CompressConfig, ctx: Any) -> StageResult:
         return StageResult(empty.append_column("kcenter_radius", pa.array([], pa.float32())))
     table = table.take(pc.sort_indices(table, [("instruction_id", "ascending")]))
     texts = table.column("instruction").to_pylist()
-    model_path = resolve_model_path(cfg.model)
     precision = cfg.precision or "float32"
-    cache_dir = ctx.cache_dir(cache_name(model_path, precision))
-    emb, cached = cached_embeddings(
-        texts, functools.partial(embed_texts, model_path=model_path, batch_size=cfg.batch_size,
-                                 device=cfg.device, ctx=ctx, precision=precision), cache_dir)
+    emb, cached, model_path = embed_cached(texts, ctx, cfg.model, batch_size=cfg.batch_size,
+                                           device=cfg.device, precision=precision)
     if cfg.normalize:
         emb = unit_rows(emb)
     ids = table.column("instruction_id").to_pylist()

@@ -26,12 +26,13 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import pyarrow as pa
 from pydantic import Field
 
 from pipeline.stage import StageConfig, StageResult, StageSpec
+from stages.embeddings import Precision
 
 _WORD = re.compile(r"\w+")
 _DOCSTRING = re.compile(r'("""|\'\'\')(.*?)\1', re.DOTALL)
@@ -64,7 +65,7 @@ class EmbeddingCheck(StageConfig):
     model: str | None = Field(default=None, description="Local sentence-transformers "
                               "directory; default: the embedded all-MiniLM-L6-v2.")
     batch_size: int = Field(default=64, ge=1)
-    precision: Literal["float32", "bfloat16"] | None = Field(
+    precision: Precision | None = Field(
         default=None, description="compute type (stages.embeddings); default: the run's "
         "embedding_precision, so that compress finds these vectors in the cache")
 

@@ -20,8 +20,9 @@ other backends.
 Logprob readings (the judges' and the difficulty scorer's one-token completions, most of a
 run's requests) may travel several to a request: ``prompts_per_request > 1`` sends a list
 ``prompt``, which ``vllm serve`` answers with one choice per prompt, in order (its
-``serving_completion.py``; other servers: check before you set it), and schedules as one batch. At a million readings a run, the HTTP round trip and JSON of each
-request (~1 ms of CPU on each end) is what a reading costs once the engine is fast.
+``serving_completion.py``; other servers: check before you set it), and schedules as one
+batch. At a million readings a run, the HTTP round trip and JSON of each request (~1 ms of CPU
+on each end) is what a reading costs once the engine is fast.
 llama-cpp-python's server takes a one-element list only, so the default is one prompt per
 request.
 

@@ -16,12 +16,11 @@ from stages.compress import (
     EMBEDDINGS_ARTIFACT,
     STAGE,
     CompressConfig,
-    cached_embeddings,
     first_center,
     resolve_budget,
-    resolve_model_path,
     run,
 )
+from stages.embeddings import cached_embeddings, resolve_model_path
 from stages.kcenter import kcenter_greedy
 
 
@@ -242,8 +241,7 @@ def test_budget_and_min_distance_reasons_are_told_apart(tmp_path, monkeypatch):
     from stages import compress
 
     emb = np.array([[0, 0], [0.1, 0], [5, 0], [5, 0.1], [0, 9], [9, 9]], dtype=np.float32)
-    monkeypatch.setattr(compress, "cached_embeddings", lambda texts, *a, **k: (emb, 0))
-    monkeypatch.setattr(compress, "resolve_model_path", lambda model: tmp_path)
+    monkeypatch.setattr(compress, "embed_cached", lambda texts, *a, **k: (emb, 0, tmp_path))
     monkeypatch.setattr(compress, "model_key", lambda path: "fixed")
     texts = [f"task {i}" for i in range(6)]
     out = run(_table(texts), CompressConfig(budget=4, normalize=False, min_distance=1.0),
