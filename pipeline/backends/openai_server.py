@@ -163,7 +163,8 @@ class OpenAIServerBackend:
         import httpx
 
         if int(prompts_per_request) < 1:
-            raise ValueError(f"options.prompts_per_request: {prompts_per_request!r}, need >= 1")
+            raise ValueError(f"model {model_id!r}: options.prompts_per_request: "
+                             f"{prompts_per_request!r}, need >= 1")
 
         self.model_id = model_id
         self._pool = ServerPool([base_url, *replicas], max_concurrency)
