@@ -147,7 +147,7 @@ def run_stages(size: int, answered: int | None, run_dir: Path, stages: tuple[str
         "clean": (clean.run, clean.CleanConfig()),
         "decontaminate": (decontaminate.run, decontaminate.DecontaminateConfig()),
         "compress": (compress.run, compress.CompressConfig()),
-        "tests": (testgen.run, testgen.TestGenConfig()),
+        "tests": (testgen.run, testgen.TestGenConfig(authors=list(EXPERTS))),
         "verify": (verify.run, verify.VerifyConfig()),
     }
     last = max(STAGES.index(s) for s in stages)

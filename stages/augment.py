@@ -116,29 +116,47 @@ def parse_generated(stdout: str, arities: Sequence[int], cap: int) -> tuple[list
     return inputs, rejected
 
 
+INEXACT = "~"  # prefixes the printed repr of a value that is not built from exact builtin types
+
+
 def input_program(entry_point: str, args: Sequence[Any]) -> str:
-    """A test program that prints ``repr`` of ``entry(*args)`` for the host."""
+    """A test program that prints ``repr`` of ``entry(*args)`` for the host, prefixed with
+    ``INEXACT`` when the value is not built only from exact builtin types (the harness's
+    ``__af_exact``: no subclasses, no numpy; a value whose repr merely looks like a literal, a
+    ``str`` subclass or a ``UserDict``, must not become or pass as an expected literal)."""
     return (f"_result = {normalised_call(entry_point, args)}\n"
-            f"print({MARK!r} + repr(_result)[:{_MAX_REPR + 1}])\nassert True")
+            f"print({MARK!r} + ('' if __af_exact(_result) else {INEXACT!r}) + "
+            f"repr(_result)[:{_MAX_REPR + 1}])\nassert True")
 
 
 @dataclasses.dataclass(frozen=True)
 class Outcome:
     """What one candidate did on one input: ``value`` (a repr), ``raises`` (exception class),
-    ``timeout`` or ``error`` (anything else: memory, exit, sandbox)."""
+    ``timeout`` or ``error`` (anything else: memory, exit, sandbox). ``exact``: a value built
+    only from exact builtin types (only such a value can be asserted)."""
 
     kind: str
     detail: str | None = None
+    exact: bool = True
 
     def same(self, other: Outcome) -> bool:
-        if self.kind != other.kind:
+        if self.kind != other.kind or self.exact != other.exact:
             return False
         if self.kind == "value":
             return reprs_agree(self.detail or "", other.detail or "")
         return self.detail == other.detail
 
+    def is_exactly(self, expected: str | None) -> bool:
+        """This run returned ``expected`` to the character, as an exact builtin value: the
+        assertion of ``expected`` on the same call passes (a repr round-trips; both ``==`` and
+        ``_close`` accept equal builtin values). A repr cut at the print limit never counts."""
+        return (self.kind == "value" and self.exact and expected is not None
+                and self.detail == expected and len(expected) <= _MAX_REPR)
+
     def as_text(self) -> str:
-        return self.kind if self.detail is None else f"{self.kind}: {self.detail}"
+        if self.detail is None:
+            return self.kind
+        return f"{self.kind}: {'' if self.exact else INEXACT}{self.detail}"
 
 
 def outcome_of(result: Any) -> Outcome:
@@ -148,7 +166,9 @@ def outcome_of(result: Any) -> Outcome:
     if result.status == "passed":
         lines = [ln for ln in (result.stdout_tail or "").splitlines() if ln.startswith(MARK)]
         if lines:
-            return Outcome("value", lines[-1][len(MARK):])
+            text = lines[-1][len(MARK):]
+            exact = not text.startswith(INEXACT)
+            return Outcome("value", text if exact else text[len(INEXACT):], exact)
         return Outcome("error", "no output")
     if result.status == "timeout":
         return Outcome("timeout")
@@ -171,9 +191,9 @@ class Agreement:
 
     @property
     def assertable(self) -> bool:
-        """An agreed value that is a literal: it can become an assertion."""
+        """An agreed value that is a literal of exact builtin types: it can become an assertion."""
         return (self.outcome is not None and self.outcome.kind == "value"
-                and is_literal(self.outcome.detail))
+                and self.outcome.exact and is_literal(self.outcome.detail))
 
 
 def majority(outcomes: Mapping[str, Outcome]) -> Agreement:

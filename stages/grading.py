@@ -10,6 +10,9 @@ gate and the program gate (the hidden + augmented tests).
 
 The probe tests run after the graded ones, so fail-fast still costs a looping answer one
 timeout; the few answers whose probes were skipped that way get them in a second batch.
+
+An answer the ``tests`` stage already ran, and that passed every trusted test there, is graded
+from that run without a sandbox job when ``recorded`` says so (``stages.recorded_runs``).
 """
 
 from __future__ import annotations
@@ -32,6 +35,7 @@ from stages.probe_gate import (
     PROGRAM_PASS,
     probe_gate,
 )
+from stages.recorded_runs import RecordedRun
 from stages.suites import AUGMENTED, Suite
 from stages.test_split import HIDDEN, VISIBLE
 
@@ -51,6 +55,7 @@ class Graded:
         hidden_failed: certifying (hidden + augmented) tests not passed.
         hidden_error: the error class of the first of them.
         probe_gate, program_gate: the two gate verdicts.
+        reused: graded from the ``tests`` stage's recorded run, not run again.
     """
 
     binding: Binding | None
@@ -61,15 +66,23 @@ class Graded:
     hidden_error: str | None
     probe_gate: str
     program_gate: str
+    reused: bool = False
 
 
-def _probes(suite: Suite) -> list[str]:
+def probes(suite: Suite) -> list[str]:
+    """The probe tests: the bound name is callable once the solution loads; the instruction's
+    own example, when it has one."""
     return [f"assert callable({suite.entry_point})", *([suite.example] if suite.example else [])]
 
 
 def grade(pool: Any, items: Sequence[tuple[str | None, Suite | None]], *, timeout_s: float,
-          memory_mb: int | None = None, fail_fast: bool = True) -> list[Graded]:
-    """Grade each ``(code, suite)`` (one sandbox suite job per answer, all in one batch)."""
+          memory_mb: int | None = None, fail_fast: bool = True,
+          recorded: Sequence[RecordedRun | None] | None = None) -> list[Graded]:
+    """Grade each ``(code, suite)`` (one sandbox suite job per answer, all in one batch).
+
+    ``recorded``: per item, the ``tests`` stage's run of that answer (or None); an answer whose
+    run covers its suite under these limits (``RecordedRun.covers``) is graded from it.
+    """
     out: list[Graded | None] = [None] * len(items)
     jobs, where = [], []
     for i, (code, suite) in enumerate(items):
@@ -79,7 +92,14 @@ def grade(pool: Any, items: Sequence[tuple[str | None, Suite | None]], *, timeou
             continue
         binding = suite.bind(code)
         run_code = bound_code(code, binding) if binding.bound_function else code
-        jobs.append((run_code, [*suite.graded, *_probes(suite)]))
+        run = recorded[i] if recorded is not None else None
+        if run is not None and binding.bound_function is not None and run.covers(
+                suite, run_code, timeout_s=timeout_s, memory_mb=memory_mb):
+            g = _fold(suite, binding, run.results(suite))
+            out[i] = dataclasses.replace(
+                g, reused=True, verdict=dataclasses.replace(g.verdict, duration_s=run.duration_s))
+            continue
+        jobs.append((run_code, [*suite.graded, *probes(suite)]))
         where.append((i, binding))
     results = execute_results(pool, jobs, timeout_s=timeout_s, memory_mb=memory_mb,
                               fail_fast=fail_fast) if jobs else []

@@ -11,8 +11,10 @@ own name for the function are renamed to the entry point) and, with ``augment``,
 
 Execution (the sandbox, two batches per shard): each generator runs and prints its inputs
 (literals only, at most ``inputs_per_author``); then every candidate, bound to the entry point
-(``stages.entry_points.bind``; an unbound candidate is not run), runs every written test and
-every generated input in one suite job. Trust (``stages.cross_check``): dual agreement over
+(``stages.entry_points.bind``; an unbound candidate is not run), runs every written test,
+every generated input and the two probe tests verify runs (``stages.grading.probes``) in one
+suite job. What those runs show is kept for verify (``stages.recorded_runs``), which then does
+not run an answer again that passed every trusted test here. Trust (``stages.cross_check``): dual agreement over
 the candidates (``candidate_pass``), two authors expecting the same value for the same call
 (``author_agreement``), an agreed output on the same call (``augmentation``); a generated input
 on which a majority of independent candidates return the same value becomes an ``augmented``
@@ -27,7 +29,9 @@ entry_point, entry_source`` (instruction, answers), ``signature, example`` (the 
 own example as an assert, for the probe gate), ``author_name`` (the name the author called),
 ``passed_by, contradicted, consensus, no_tests`` (per instruction), ``raw`` (the reply; the
 candidates' outcomes for an augmented row), ``parse_error, generator, generator_error,
-generated_inputs``. Augmented rows carry the author whose generator made the input first. An
+generated_inputs``, ``graded_passed_by`` (the models whose run passed the row's test as verify
+grades it) and ``candidate_runs`` (per instruction: each candidate's run, its program's digest,
+probes and limits; both ``stages.recorded_runs``). Augmented rows carry the author whose generator made the input first. An
 author whose reply held no test, or an instruction without an entry point, gets one row with
 ``test_idx = -1`` (reason ``parse_error`` / ``no_entry_point``) so that nothing disappears.
 Stats (counts, summed over shards): ``tests_written.<a>``, ``tests_survived.<a>``,
@@ -38,6 +42,7 @@ Stats (counts, summed over shards): ``tests_written.<a>``, ``tests_survived.<a>`
 from __future__ import annotations
 
 import ast
+import dataclasses
 from collections import defaultdict
 from typing import Any, Literal
 
@@ -54,8 +59,10 @@ from stages.augment import (
 )
 from stages.cross_check import judge_augmented, judge_written
 from stages.entry_points import bind, bound_code, call_arities, instruction_function_name
+from stages.grading import probes
 from stages.probe_gate import instruction_example
 from stages.prompt_templates import fill, load_template
+from stages.recorded_runs import CANDIDATE_RUN, candidate_run
 from stages.suites import AUGMENTED, WRITTEN, Suite, suites_of_rows
 from stages.test_parsing import (
     EntryPoint,
@@ -80,6 +87,7 @@ TESTS_SCHEMA = pa.schema([
     ("consensus", pa.list_(pa.string())), ("no_tests", pa.bool_()), ("raw", pa.string()),
     ("parse_error", pa.string()), ("generator", pa.string()), ("generator_error", pa.string()),
     ("generated_inputs", pa.int64()),
+    ("graded_passed_by", pa.list_(pa.string())), ("candidate_runs", pa.list_(CANDIDATE_RUN)),
 ])
 
 
@@ -224,7 +232,8 @@ def _base(iid: str, entry: EntryPoint | None, source: str | None, example: str |
             "signature": entry.signature if entry else None, "example": example,
             "author_name": None, "passed_by": [], "contradicted": [], "consensus": [],
             "no_tests": True, "raw": None, "parse_error": None, "generator": None,
-            "generator_error": None, "generated_inputs": None}
+            "generator_error": None, "generated_inputs": None, "graded_passed_by": [],
+            "candidate_runs": []}
 
 
 def _written_rows(base: dict, authors: list[str], written: dict, generators: dict) -> list[dict]:
@@ -290,39 +299,76 @@ def _run_generators(pool: Any, rows: dict[str, list[dict]], cfg: TestGenConfig) 
                 next_idx += 1
 
 
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """One candidate's run on its instruction's written tests, generated inputs and probes."""
+
+    solution: str  # the program that ran: the answer bound to the entry point
+    written: list  # per written test (in ``_runnable_written`` order), its ExecResult
+    inputs: list  # per augmented row, the ExecResult of its input program
+    probes: list  # ``stages.grading.probes`` of the suite
+
+
+def _runnable_written(rs: list[dict]) -> list[dict]:
+    return [r for r in rs if r["kind"] == WRITTEN and r["reason"] == ""]
+
+
 def _run_candidates(pool: Any, rows: dict[str, list[dict]], answers: dict[str, list[dict]],
-                    suites: dict[str, Suite], cfg: TestGenConfig) -> dict[str, list]:
-    """Every bound candidate on every written test and generated input of its instruction."""
+                    suites: dict[str, Suite], cfg: TestGenConfig) -> dict[str, list[_Run | None]]:
+    """Every bound candidate on every written test, generated input and probe of its
+    instruction (the probes too, so that verify can grade a passing answer from this run)."""
     from stages.execution import execute_results
 
     jobs, where = [], []
     for iid, rs in rows.items():
         suite = suites[iid]
-        tests = [r["test_code"] for r in rs if r["kind"] == WRITTEN and r["reason"] == ""]
+        tests = [r["test_code"] for r in _runnable_written(rs)]
         inputs = [input_program(suite.entry_point, r["_args"]) for r in rs
                   if r["kind"] == AUGMENTED]
+        checks = probes(suite)
         for c, answer in enumerate(answers[iid]):
             b = suite.bind(answer["code"])
             if b.bound_function is not None and (tests or inputs):
-                jobs.append((bound_code(answer["code"], b), [*tests, *inputs]))
-                where.append((iid, c, len(tests)))
+                jobs.append((bound_code(answer["code"], b), [*tests, *inputs, *checks]))
+                where.append((iid, c, len(tests), len(inputs)))
     results = execute_results(pool, jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
                               fail_fast=False) if jobs else []
-    out: dict[str, list] = {iid: [None] * len(answers[iid]) for iid in rows}
-    for (iid, c, n), res in zip(where, results):
+    out: dict[str, list[_Run | None]] = {iid: [None] * len(answers[iid]) for iid in rows}
+    for (job, _), (iid, c, n, m), res in zip(jobs, where, results):
         if isinstance(res, list):
-            out[iid][c] = (res[:n], res[n:])
+            out[iid][c] = _Run(job, res[:n], res[n:n + m], res[n + m:])
     return out
+
+
+def _record_runs(rs: list[dict], ran: list[tuple[dict, str]], models: list[str],
+                 runs: list[_Run | None], cfg: TestGenConfig) -> None:
+    """Set ``graded_passed_by`` and ``candidate_runs`` (``stages.recorded_runs``) on the
+    instruction's rows, once trust is decided. ``ran``: each written row that ran, with the
+    text it ran (a test trusted on float agreement is rewritten after the run)."""
+    for t, (row, text) in enumerate(ran):
+        row["graded_passed_by"] = [
+            models[c] for c, run in enumerate(runs) if run is not None and row["survived"]
+            and row["test_code"] == text and run.written[t] is not None and run.written[t].passed]
+    for j, row in enumerate(r for r in rs if r["kind"] == AUGMENTED):
+        row["graded_passed_by"] = [
+            models[c] for c, run in enumerate(runs) if run is not None and row["survived"]
+            and outcome_of(run.inputs[j]).is_exactly(row["expected"])]
+    records = [candidate_run(models[c], run.solution, run.probes,
+                             [*run.written, *run.inputs, *run.probes], timeout_s=cfg.timeout_s,
+                             memory_mb=cfg.memory_mb)
+               for c, run in enumerate(runs) if run is not None]
+    for row in rs:
+        row["candidate_runs"] = records
 
 
 def _judge(iid: str, rs: list[dict], models: list[str], runs: list, seed: int,
            stats: dict) -> bool:
     """Trust and split one instruction's rows; returns ``no_tests``."""
-    tests = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == ""]
+    tests = _runnable_written(rs)
     augmented = [r for r in rs if r["kind"] == AUGMENTED]
     agreed: dict[str, str] = {}
     for j, row in enumerate(augmented):
-        outcomes = {models[c]: outcome_of(run[1][j]) for c, run in enumerate(runs)
+        outcomes = {models[c]: outcome_of(run.inputs[j]) for c, run in enumerate(runs)
                     if run is not None}
         vote = judge_augmented(row, outcomes)
         stats["augment.inputs"] += 1
@@ -331,7 +377,7 @@ def _judge(iid: str, rs: list[dict], models: list[str], runs: list, seed: int,
         stats["augment.no_majority"] += vote.outcome is None
         if vote.assertable:
             agreed[row["call"]] = vote.outcome.detail
-    passes = [[r is not None and r.passed for r in run[0]] if run is not None
+    passes = [[r is not None and r.passed for r in run.written] if run is not None
               else [False] * len(tests) for run in runs]
     if tests:
         duplicates = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == DUPLICATE]
@@ -397,7 +443,10 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
     suites = suites_of_rows([r for rs in rows.values() for r in rs])
     runs = _run_candidates(pool, rows, answers, suites, cfg)
     for iid, rs in rows.items():
-        no_tests = _judge(iid, rs, [r["model"] for r in answers[iid]], runs[iid], ctx.seed, stats)
+        models = [r["model"] for r in answers[iid]]
+        ran = [(r, r["test_code"]) for r in _runnable_written(rs)]
+        no_tests = _judge(iid, rs, models, runs[iid], ctx.seed, stats)
+        _record_runs(rs, ran, models, runs[iid], cfg)
         for r in rs:
             r.pop("_args", None)
             r["no_tests"] = no_tests

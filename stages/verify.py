@@ -19,15 +19,18 @@ no_entry_point), ``error_message`` (the first failing test's error, with the fai
 ``failed_test`` (its code), ``stdout_tail``, ``stderr_tail``, ``duration_s``, ``judge_winner``,
 ``final_score``, ``judge_pick`` (the model the judges picked, on every row of the instruction),
 ``selected``, ``selection_rule``, ``flipped``, ``replaced_judge_pick`` (selected, and not the
-judge's pick).
+judge's pick), ``reused_tests_run`` (graded from the tests stage's run, see below).
 
 Every answer is one sandbox job that runs each test on its own (``stages.grading.grade``), so
 one test's failure, timeout or leftover process never hides the others and ``tests_passed``
-counts exactly; all jobs of a shard go to the pool in one batch. Sharded by instruction
-(selection is per instruction); its stats are counts (``tested.<model>``, ``passed.<model>``,
-``no_entry_point.<model>``, ``binding.<rule>``, ``probe_gate.<verdict>``,
-``program_gate.<verdict>``, ``winners_failed``, ``flipped``, ``no_tests``) that add up over
-shards. It runs no model.
+counts exactly; all jobs of a shard go to the pool in one batch. The exception: an answer that
+the ``tests`` stage already ran as the same program, and that passed every trusted test there
+and decided both probes, is graded from that run (``reuse_tests_runs``; ``stages.recorded_runs``
+says exactly when); its ``duration_s`` is that run's and its output tails are empty. Every
+answer that fails is run here. Sharded by instruction (selection is per instruction); its stats
+are counts (``tested.<model>``, ``passed.<model>``, ``no_entry_point.<model>``,
+``binding.<rule>``, ``probe_gate.<verdict>``, ``program_gate.<verdict>``, ``winners_failed``,
+``flipped``, ``no_tests``, ``reused_tests_run``) that add up over shards. It runs no model.
 """
 
 from __future__ import annotations
@@ -52,8 +55,9 @@ from stages.execution import (  # noqa: F401  (re-exported: the stage's vocabula
     summarize,
 )
 from stages.grading import NO_ENTRY_POINT, Graded, grade
+from stages.recorded_runs import EVIDENCE_COLUMNS, recorded_runs
 from stages.selection import Candidate, Rule, select_answer
-from stages.suites import SUITE_COLUMNS, trusted_suites
+from stages.suites import SUITE_COLUMNS, suites_of_rows
 
 
 class VerifyConfig(StageConfig):
@@ -64,6 +68,10 @@ class VerifyConfig(StageConfig):
     memory_mb: int | None = Field(None, ge=32, description="memory limit; None: the sandbox's")
     fail_fast: bool = Field(
         True, description="skip an answer's remaining tests once its first test timed out")
+    reuse_tests_runs: bool = Field(
+        True, description="grade an answer from the tests stage's run of the same program when "
+        "that run passed every trusted test and decided both probes under limits no looser "
+        "than these (stages.recorded_runs); False: run every answer again")
     min_pass_rate: float = Field(
         0.0, ge=0, le=1, description="execution_first: execution overrides the judge only when "
         "the best answer passes at least this fraction (AceCoder: 0.8)")
@@ -109,6 +117,7 @@ GRADE_SCHEMA = pa.schema([
     ("tests_hidden", pa.int64()), ("tests_hidden_passed", pa.int64()),
     ("tests_augmented", pa.int64()), ("tests_augmented_passed", pa.int64()),
     ("probe_gate", pa.string()), ("program_gate", pa.string()),
+    ("reused_tests_run", pa.bool_()),
 ])
 SELECTION_SCHEMA = pa.schema([
     ("judge_winner", pa.bool_()), ("final_score", pa.float64()), ("judge_pick", pa.string()),
@@ -147,6 +156,7 @@ def graded_columns(grades: Sequence[Graded]) -> dict[str, pa.Array]:
             values[f"tests_{split}_passed"].append(passed)
         values["probe_gate"].append(g.probe_gate)
         values["program_gate"].append(g.program_gate)
+        values["reused_tests_run"].append(g.reused)
     columns.update({f.name: pa.array(values[f.name], f.type) for f in GRADE_SCHEMA})
     return columns
 
@@ -163,6 +173,7 @@ def verify_stats(rows: list[dict], grades: Sequence[Graded],
     for row, g, s in zip(rows, grades, sel):
         model, v = row["model"], g.verdict
         stats[f"probe_gate.{g.probe_gate}"] += 1
+        stats["reused_tests_run"] += g.reused
         stats[f"program_gate.{g.program_gate}"] += 1
         if g.binding is not None:
             stats[f"binding.{g.binding.rule}"] += 1
@@ -185,13 +196,17 @@ def verify_stats(rows: list[dict], grades: Sequence[Graded],
 def run(table: pa.Table, cfg: VerifyConfig, ctx: StageContext) -> StageResult:
     """Grade every answer against its instruction's suite, then select."""
     ids = sorted(set(table.column("instruction_id").to_pylist()))
-    suites = trusted_suites(ctx.read("tests", columns=list(SUITE_COLUMNS), instruction_ids=ids))
+    wanted = [*SUITE_COLUMNS, *EVIDENCE_COLUMNS] if cfg.reuse_tests_runs else list(SUITE_COLUMNS)
+    tests = ctx.read("tests", columns=wanted, instruction_ids=ids).to_pylist()
+    suites = suites_of_rows(tests)
+    runs = recorded_runs(tests) if cfg.reuse_tests_runs else {}
     rate_rows = ctx.read("rate", columns=["instruction_id", "model", "final_score", "winner"],
                          instruction_ids=ids).to_pylist()
     rate = {(r["instruction_id"], r["model"]): (r["final_score"], r["winner"]) for r in rate_rows}
     rows = table.select(["instruction_id", "model", "code"]).to_pylist()
     grades = grade(ctx.sandbox(), [(r["code"], suites.get(r["instruction_id"])) for r in rows],
-                   timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, fail_fast=cfg.fail_fast)
+                   timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, fail_fast=cfg.fail_fast,
+                   recorded=[runs.get((r["instruction_id"], r["model"])) for r in rows])
     ctx.advance(len(rows))
     sel = _select(rows, [g.verdict for g in grades], rate, cfg)
     columns = graded_columns(grades)
@@ -203,7 +218,7 @@ def run(table: pa.Table, cfg: VerifyConfig, ctx: StageContext) -> StageResult:
 
 STAGE = StageSpec(
     name="verify", config=VerifyConfig, run=run, source="answer",
-    reads={"tests": SUITE_COLUMNS,
+    reads={"tests": (*SUITE_COLUMNS, *EVIDENCE_COLUMNS),
            "rate": ("instruction_id", "model", "final_score", "winner")},
     inputs=("instruction_id", "model", "code"),
     outputs=(*VERDICT_SCHEMA.names, *GRADE_SCHEMA.names, *SELECTION_SCHEMA.names),

@@ -69,16 +69,16 @@ def _is_numpy_value(value, t):
     return dtype is not None and dtype.kind != "O"
 
 
-def _is_plain(value):
+def _is_plain(value, numpy=True):
     """True when the value is built only from exact builtin types (no subclasses, no user types;
-    numpy scalars and non-object arrays count as builtin)."""
+    numpy scalars and non-object arrays count as builtin unless ``numpy`` is False)."""
     if _type(value) in _PLAIN_SCALARS:  # the common case, without the walk below
         return True
     stack, seen = [value], set()
     while stack:
         v = stack.pop()
         t = _type(v)
-        if t in _PLAIN_SCALARS or _is_numpy_value(v, t):
+        if t in _PLAIN_SCALARS or (numpy and _is_numpy_value(v, t)):
             continue
         if t not in _PLAIN_CONTAINERS:
             _Job.reason = f"non-builtin value of type {t.__module__}.{t.__qualname__}"
@@ -92,6 +92,13 @@ def _is_plain(value):
         else:
             stack.extend(v)
     return True
+
+
+def _af_exact(value):
+    """For test programs that print a value for the host (``stages.augment``): whether it is
+    built only from exact builtin types, numpy excluded (what any assertion of a literal
+    accepts)."""
+    return _is_plain(value, numpy=False)
 
 
 def _af_plain(value):
@@ -276,7 +283,8 @@ def _load_solution(job, lines):
         _flush_and_exit()
     if versions is None or _versions(snapshots) != versions:
         _restore_builtins(snapshots)
-    namespace.update(__af_cmp=_af_cmp, __af_plain=_af_plain, __af_assert=_af_assert)
+    namespace.update(__af_cmp=_af_cmp, __af_plain=_af_plain, __af_assert=_af_assert,
+                     __af_exact=_af_exact)
     return namespace, sources, snapshots
 
 
