@@ -45,8 +45,8 @@ Usage::
 The tests each answer runs are kept small (two authors, two tests and two generated inputs
 each, one repair round) and
 each battle has one judge (``judge.max_judges: 1``), sized for 50k instructions in about an
-hour on 2 cores (measured: 63.4 min with these settings, readings 32 to a request, bfloat16
-MiniLM and shard size 64; README);
+hour on 2 cores (measured: 53.0 min with these settings, readings 32 to a request, bfloat16
+MiniLM, shard size 64 and verify grading passing answers from the tests stage's runs; README);
 ``--set`` overrides any config field.
 """
 
