@@ -2,7 +2,7 @@
 
 The Python API mirrors the CLI::
 
-    from pipeline import load_config, run
+    from arenaforge.pipeline import load_config, run
     result = run(load_config("configs/smoke.yaml", ["runner.kind=inline"]))
     print(result.run_dir, result.funnel)
 """
@@ -15,13 +15,13 @@ __version__ = "0.1.0"
 
 
 def load_config(path: Any, overrides: list[str] | None = None) -> Any:
-    from pipeline.config import load_config as _load
+    from arenaforge.pipeline.config import load_config as _load
 
     return _load(path, overrides)
 
 
 def run(config: Any, **kwargs: Any) -> Any:
-    """Run the configured stages; see ``pipeline.runner.run_pipeline``."""
-    from pipeline.runner import run_pipeline
+    """Run the configured stages; see ``arenaforge.pipeline.runner.run_pipeline``."""
+    from arenaforge.pipeline.runner import run_pipeline
 
     return run_pipeline(config, **kwargs)

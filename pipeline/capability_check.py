@@ -2,9 +2,9 @@
 
 A stage whose config asks models for a capability (the judge and difficulty stages, through
 their protocol) gives its config a ``capability_needs(run_cfg) -> list[CapabilityNeed]``
-method (built with :func:`pipeline.backends.capabilities.protocol_needs`);
+method (built with :func:`arenaforge.pipeline.backends.capabilities.protocol_needs`);
 :func:`check_protocol_capabilities` asks every stage of the run for it and compares
-each need with :func:`pipeline.backends.capabilities.capabilities_of` of the registry entry.
+each need with :func:`arenaforge.pipeline.backends.capabilities.capabilities_of` of the registry entry.
 Nothing loads: ``arenaforge config validate`` and ``arenaforge run`` call it before any model.
 """
 
@@ -13,8 +13,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.backends.capabilities import CapabilityNeed, capabilities_of
-from pipeline.config import ConfigError
+from arenaforge.pipeline.backends.capabilities import CapabilityNeed, capabilities_of
+from arenaforge.pipeline.config import ConfigError
 
 
 def stage_needs(cfg: Any) -> list[CapabilityNeed]:
@@ -29,7 +29,7 @@ def stage_needs(cfg: Any) -> list[CapabilityNeed]:
 
 def capability_problems(needs: Sequence[CapabilityNeed], registry: Mapping[str, Any]) -> list[str]:
     """One message per need that its model's backend lacks (unknown ids are left to
-    ``pipeline.config.check_models``)."""
+    ``arenaforge.pipeline.config.check_models``)."""
     problems = []
     for need in needs:
         spec = registry.get(need.model_id)
@@ -52,13 +52,13 @@ def check_protocol_capabilities(cfg: Any, source: str | None = None) -> None:
     """Raise before any model loads when a configured protocol needs what a model lacks.
 
     Args:
-        cfg: a loaded run config (``pipeline.config.load_config``).
+        cfg: a loaded run config (``arenaforge.pipeline.config.load_config``).
         source: the config file to name at the start of each line (as config errors do).
 
     Raises:
         ConfigError: one line per (stage, model) that cannot serve its protocol.
     """
-    from pipeline.models import load_registry
+    from arenaforge.pipeline.models import load_registry
 
     try:
         registry = load_registry(cfg.models_file)

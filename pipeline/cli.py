@@ -8,8 +8,7 @@ from pathlib import Path
 from typing import Annotated
 
 import typer
-
-from pipeline.progress import Col, console, fit_table, stdout_console
+from arenaforge.pipeline.progress import Col, console, fit_table, stdout_console
 
 app = typer.Typer(
     help="arenaforge: mine, battle, verify and emit a code-instruction SFT dataset.\n\n"
@@ -29,7 +28,7 @@ def _fail(message: str, code: int = 2) -> None:
 
 
 def _load(path: Path, overrides: list[str] | None):
-    from pipeline.config import ConfigError, load_config
+    from arenaforge.pipeline.config import ConfigError, load_config
 
     try:
         return load_config(path, overrides or [])
@@ -39,8 +38,8 @@ def _load(path: Path, overrides: list[str] | None):
 
 def _load_checked(path: Path, overrides: list[str] | None):
     """A run config whose stage protocols every configured model can serve (nothing loads)."""
-    from pipeline.capability_check import check_protocol_capabilities
-    from pipeline.config import ConfigError
+    from arenaforge.pipeline.capability_check import check_protocol_capabilities
+    from arenaforge.pipeline.config import ConfigError
 
     cfg = _load(path, overrides)
     try:
@@ -69,19 +68,19 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
         ray_address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress display.")] = False) -> None:
     """Run the pipeline; a rerun resumes where the last one stopped."""
-    from pipeline.runner import (
+    from arenaforge.pipeline.runner import (
         ContractChainError,
         ModelUnavailableError,
         StageFailedError,
         run_pipeline,
     )
-    from pipeline.store import StoreError
-    from stages.instruction_source import InstructionSourceError
+    from arenaforge.pipeline.store import StoreError
+    from arenaforge.stages.instructions.sources import InstructionSourceError
 
     overrides = list(set_ or [])
     overrides += [f"name={name}"] if name else []
     if run_dir:
-        from pipeline.filesystem import split
+        from arenaforge.pipeline.filesystem import split
 
         if name:
             _fail("--run-dir names the run already; drop --name")
@@ -101,13 +100,13 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     except StageFailedError as exc:
         _fail(str(exc), code=1)
     except Exception as exc:
-        from pipeline.shards import is_fatal
+        from arenaforge.pipeline.shards import is_fatal
 
         if not is_fatal(exc) or isinstance(exc, KeyboardInterrupt):
             raise
         # A model, server or sandbox that cannot serve: say which, keep what was written.
         _fail(f"{type(exc).__name__}: {exc} (completed shards are kept; rerun to resume)", 1)
-    from pipeline.filesystem import display
+    from arenaforge.pipeline.filesystem import display
 
     console.print(f"run directory: {display(result.run_dir)}")
 
@@ -123,7 +122,7 @@ def config_validate(file: Path, set_: SetOpt = None) -> None:
 @config_app.command("show")
 def config_show(file: Path, set_: SetOpt = None) -> None:
     """Print the resolved config, defaults included."""
-    from pipeline.config import dump_config
+    from arenaforge.pipeline.config import dump_config
 
     typer.echo(dump_config(_load(file, set_)))
 
@@ -137,7 +136,7 @@ def inspect(run_dir: Annotated[str, typer.Argument(help="Run directory: a path o
             rows: Annotated[int, typer.Option(help="Sample rows to show.")] = 3,
             json_: JsonOpt = False) -> None:
     """Show a run's funnel and leaderboard, or one stage's schema, counts and sample rows."""
-    from pipeline.inspect import inspect_run
+    from arenaforge.pipeline.apps.inspect import inspect_run
 
     try:
         inspect_run(run_dir, stage, rows, as_json=json_)
@@ -155,9 +154,9 @@ def graph(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEF
     """
     import json
 
-    from pipeline.runner import ContractChainError, check_chain
-    from pipeline.stage_graph import graph_lines, stage_graph
-    from stages import get_stage
+    from arenaforge.pipeline.runner import ContractChainError, check_chain
+    from arenaforge.pipeline.stage_graph import graph_lines, stage_graph
+    from arenaforge.stages import get_stage
 
     cfg = _load(config, set_)
     specs = [get_stage(name) for name in cfg.stages]
@@ -184,7 +183,7 @@ def models(registry: Annotated[Path, typer.Option(help="Model registry.")] = DEF
     """List registered models: size, path and checksum status."""
     import json
 
-    from pipeline.models import describe_models, load_registry
+    from arenaforge.pipeline.models import describe_models, load_registry
 
     try:
         rows = describe_models(load_registry(registry))
@@ -203,7 +202,7 @@ def models(registry: Annotated[Path, typer.Option(help="Model registry.")] = DEF
 def report(run_dir: Annotated[str, typer.Argument(help="Run directory: a path or a URI.")]
            ) -> None:
     """(Re)build audit/report.html for a run directory."""
-    from pipeline.report import build_report
+    from arenaforge.pipeline.apps.report import build_report
 
     path = build_report(run_dir)
     console.print(f"report: {path}")
@@ -211,8 +210,8 @@ def report(run_dir: Annotated[str, typer.Argument(help="Run directory: a path or
 
 @app.command()
 def audit(table: Path, out: Annotated[Path, typer.Option(help="Output directory.")] = Path("audit")) -> None:
-    """Audit judges against execution on your own table (see stages/audit.py for the schema)."""
-    from stages.audit import audit_file
+    """Audit judges against execution on your own table (see stages/output/audit.py for the schema)."""
+    from arenaforge.stages.output.audit import audit_file
 
     path = audit_file(table, out)
     console.print(f"audit written to {path}")
@@ -221,7 +220,7 @@ def audit(table: Path, out: Annotated[Path, typer.Option(help="Output directory.
 @app.command()
 def train(config: Path, set_: SetOpt = None) -> None:
     """Supervised fine-tuning with TRL on emitted datasets (configs/sft-tiny.yaml)."""
-    from pipeline.train import train_main
+    from arenaforge.pipeline.apps.training import train_main
 
     out = train_main(config, list(set_ or []))
     console.print(f"model saved to {out}")
@@ -235,7 +234,7 @@ def eval_(model: str,
     """pass@k of a model directory, a registered model id or `canonical` through the sandbox."""
     import json
 
-    from pipeline.evaluate import evaluate
+    from arenaforge.pipeline.apps.evaluate import evaluate
 
     result = evaluate(model, suite=suite, limit=limit, n_samples=n_samples)
     typer.echo(json.dumps(result, indent=2, default=str))
@@ -246,7 +245,7 @@ def ablate(run_dir: Path, set_: SetOpt = None,
            config: Annotated[Path | None, typer.Option(
                help="Ablation config YAML (default: configs/ablate-tiny.yaml).")] = None) -> None:
     """Emit, train and evaluate one dataset per selection rule from a run's battles."""
-    from pipeline.ablate import ablate_main
+    from arenaforge.pipeline.apps.ablate import ablate_main
 
     table = ablate_main(run_dir, list(set_ or []), config)
     console.print(table)
@@ -260,7 +259,7 @@ def judge_bench(
         out: Annotated[Path, typer.Option(help="Output directory (resumable).")] = Path(
             "artifacts/judge_bench")) -> None:
     """Judge card: execution-labelled answer pairs judged by each judge and protocol."""
-    from pipeline.judge_bench.bench import bench_main
+    from arenaforge.pipeline.apps.judge_bench.bench import bench_main
 
     try:
         bench_main(config, problems, out)
@@ -269,7 +268,7 @@ def judge_bench(
 
 
 def main() -> None:
-    from pipeline.config import ConfigError
+    from arenaforge.pipeline.config import ConfigError
 
     try:
         app()

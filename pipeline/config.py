@@ -16,24 +16,23 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from arenaforge.pipeline.sandbox.config import SandboxConfig
+from arenaforge.stages import PIPELINE
+from arenaforge.stages.arena.answer import AnswerConfig
+from arenaforge.stages.arena.judge import JudgeConfig
+from arenaforge.stages.arena.rate import RateConfig
+from arenaforge.stages.common.embeddings import Precision
+from arenaforge.stages.instructions.clean import CleanConfig
+from arenaforge.stages.instructions.decontaminate import DecontaminateConfig
+from arenaforge.stages.instructions.difficulty import DifficultyConfig
+from arenaforge.stages.instructions.mine import MineConfig
+from arenaforge.stages.output.audit import AuditConfig
+from arenaforge.stages.output.compress import CompressConfig
+from arenaforge.stages.output.emit import EmitConfig
+from arenaforge.stages.verification.repair import RepairConfig
+from arenaforge.stages.verification.tests import TestGenConfig
+from arenaforge.stages.verification.verify import VerifyConfig
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
-
-from pipeline.sandbox.config import SandboxConfig
-from stages import PIPELINE
-from stages.answer import AnswerConfig
-from stages.audit import AuditConfig
-from stages.clean import CleanConfig
-from stages.compress import CompressConfig
-from stages.decontaminate import DecontaminateConfig
-from stages.difficulty import DifficultyConfig
-from stages.embeddings import Precision
-from stages.emit import EmitConfig
-from stages.judge import JudgeConfig
-from stages.mine import MineConfig
-from stages.rate import RateConfig
-from stages.repair import RepairConfig
-from stages.testgen import TestGenConfig
-from stages.verify import VerifyConfig
 
 
 class ConfigError(ValueError):
@@ -84,7 +83,7 @@ class _RunBase(_Strict):
     embedding_precision: Precision = Field(
         default="float32", description="sentence-embedding compute type of decontaminate and "
         "compress (one cache between them); bfloat16: ~3x faster on CPUs with AVX512-BF16 or "
-        "AMX and on GPUs, cosines within 1e-4 of float32's (stages.embeddings)")
+        "AMX and on GPUs, cosines within 1e-4 of float32's (arenaforge.stages.common.embeddings)")
 
     @field_validator("stages")
     @classmethod
@@ -259,7 +258,7 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Any:
 
 def check_models(cfg: Any, source: str) -> None:
     """Every expert and judge id must be in the registry (the registry's own errors name its file)."""
-    from pipeline.models import load_registry
+    from arenaforge.pipeline.models import load_registry
 
     if not Path(cfg.models_file).is_file():
         raise ConfigError(f"{source}: models_file: {cfg.models_file} not found")

@@ -5,7 +5,7 @@ A context is small and picklable so a Ray task can receive it; the heavy things 
 shards loads each model once, like an actor would.
 
 ``run_dir`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/runs/r1``): every read and
-write in it goes through ``pipeline.store.RunStore``. ``cache_dir`` is always local (see
+write in it goes through ``arenaforge.pipeline.store.RunStore``. ``cache_dir`` is always local (see
 ``RunStore.cache_dir``); the request cache follows ``runner.request_cache_store``.
 """
 
@@ -21,10 +21,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipeline.backends.base import LogprobUnsupportedError
-from pipeline.filesystem import is_uri
-from pipeline.store import RunStore
+from arenaforge.pipeline.backends.base import LogprobUnsupportedError
+from arenaforge.pipeline.filesystem import is_uri
+from arenaforge.pipeline.store import RunStore
 
 _BACKENDS: dict[tuple, Any] = {}
 _SANDBOX: dict[tuple, Any] = {}
@@ -78,7 +77,7 @@ class UndeclaredReadError(KeyError):
 
 
 class RunContext:
-    """Implements ``pipeline.stage.StageContext`` for one run directory.
+    """Implements ``arenaforge.pipeline.stage.StageContext`` for one run directory.
 
     The runner hands each stage ``ctx.for_stage(spec, threads)``: a copy that serves only the
     reads the spec declares, so an undeclared read fails in the first test, not on a cluster.
@@ -92,7 +91,7 @@ class RunContext:
         self.seed = config.seed
         self.threads = threads or max(1, os.cpu_count() or 1)
         self.stage = stage  # the StageSpec this context serves (None: unrestricted, for tools)
-        self.engines = engines  # the run's engine directory on Ray (pipeline.engines), or None
+        self.engines = engines  # the run's engine directory on Ray (arenaforge.pipeline.engines), or None
         self.model_seconds = 0.0
         self.cache = {"hits": 0, "misses": 0}  # request-cache counts of this shard
         self.progress_rows = 0
@@ -143,7 +142,7 @@ class RunContext:
 
     # -- models -----------------------------------------------------------------------------
     def registry(self) -> dict[str, Any]:
-        from pipeline.models import load_registry
+        from arenaforge.pipeline.models import load_registry
 
         return load_registry(self.config.models_file)
 
@@ -154,8 +153,8 @@ class RunContext:
         return registry[model_id]
 
     def backend(self, model_id: str) -> Any:
-        from pipeline.backends import create_backend
-        from pipeline.engines import LOCAL_BACKENDS, RemoteBackend
+        from arenaforge.pipeline.backends import create_backend
+        from arenaforge.pipeline.engines import LOCAL_BACKENDS, RemoteBackend
 
         if self.engines is not None and self.model_spec(model_id).backend in LOCAL_BACKENDS:
             # one client per model and process: it keeps going to the replica it used last
@@ -187,7 +186,7 @@ class RunContext:
 
     # -- sandbox ----------------------------------------------------------------------------
     def sandbox(self) -> Any:
-        from pipeline.sandbox import SandboxPool
+        from arenaforge.pipeline.sandbox import SandboxPool
 
         key = (self.config.sandbox.model_dump_json(),)
         with _LOCK:

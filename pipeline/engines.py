@@ -40,7 +40,7 @@ def replica_resources(spec: Any, default_replicas: int, default_threads: int) ->
     Returns ``{"replicas", "threads", "num_cpus", "num_gpus", "bundles"}``; ``bundles`` is
     the placement group of one tensor-parallel replica (empty when it needs none).
 
-    >>> from pipeline.models.registry import ModelSpec
+    >>> from arenaforge.pipeline.models.registry import ModelSpec
     >>> spec = ModelSpec(id="m", backend="vllm", family="qwen2", path="/m",
     ...                  resources={"tensor_parallel_size": 2})
     >>> replica_resources(spec, 4, 1)["bundles"]
@@ -78,8 +78,8 @@ class EngineActor:
 
     def __init__(self, spec_json: str, threads: int, cache_dir: str | None,
                  cache_store: str = "sqlite"):
-        from pipeline.backends import create_backend
-        from pipeline.models.registry import ModelSpec
+        from arenaforge.pipeline.backends import create_backend
+        from arenaforge.pipeline.models.registry import ModelSpec
 
         spec = ModelSpec.model_validate_json(spec_json)
         options = {}
@@ -166,8 +166,7 @@ class EngineDirectory:
 
     def _start(self, model_id: str) -> None:
         import ray
-
-        from pipeline.models import load_registry
+        from arenaforge.pipeline.models import load_registry
 
         if self.registry_file is None:
             raise KeyError(f"model {model_id!r}: this run has no model registry")
@@ -241,9 +240,8 @@ class RemoteBackend:
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         import ray
+        from arenaforge.pipeline.backends.base import BackendError, LogprobUnsupportedError
         from ray.exceptions import RayActorError
-
-        from pipeline.backends.base import BackendError, LogprobUnsupportedError
 
         last: Exception | None = None
         for attempt in range(ENGINE_ATTEMPTS):

@@ -3,7 +3,7 @@
 Both executors take the same jobs and yield each shard's marker as it completes, so the runner
 (and the stages) cannot tell them apart. On Ray every shard is a task (one CPU, retried when its
 worker dies); the models a model stage calls live in engine pools, one per model for the whole
-run (``pipeline.engines``), which restart and retry their calls when their process dies.
+run (``arenaforge.pipeline.engines``), which restart and retry their calls when their process dies.
 """
 
 from __future__ import annotations
@@ -14,9 +14,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pyarrow as pa
-
-from pipeline.shards import execute_shard
-from pipeline.stage import StageConfig, StageSpec
+from arenaforge.pipeline.shards import execute_shard
+from arenaforge.pipeline.stage import StageConfig, StageSpec
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +37,7 @@ class InlineExecutor:
         return self.cpus
 
     def engines(self, ctx: Any) -> None:
-        return None  # models load in this process (pipeline.context caches them)
+        return None  # models load in this process (arenaforge.pipeline.context caches them)
 
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
@@ -96,7 +95,7 @@ class RayExecutor:
     def engines(self, ctx: Any) -> Any:
         """The run's engine directory (started on the first model stage, kept to the end)."""
         if self._directory is None:
-            from pipeline.engines import start_directory
+            from arenaforge.pipeline.engines import start_directory
 
             self._directory = start_directory(
                 getattr(ctx.config, "models_file", None), self.model_workers,
@@ -113,11 +112,11 @@ class RayExecutor:
     @staticmethod
     def calls_engines(spec: StageSpec, cfg: StageConfig, ctx: Any) -> bool:
         """Whether the stage's shards call engine actors: a model it names holds weights in
-        process (``pipeline.engines.LOCAL_BACKENDS``); served models are called directly."""
+        process (``arenaforge.pipeline.engines.LOCAL_BACKENDS``); served models are called directly."""
         if not spec.uses_models:
             return False
-        from pipeline.engines import LOCAL_BACKENDS
-        from pipeline.models import stage_models
+        from arenaforge.pipeline.engines import LOCAL_BACKENDS
+        from arenaforge.pipeline.models import stage_models
 
         registry = ctx.registry()
         return any(registry[m].backend in LOCAL_BACKENDS
@@ -129,7 +128,7 @@ class RayExecutor:
         if not jobs:
             return
         # Every shard is a task; a model stage's tasks send their requests to the models'
-        # engine pools (pipeline.engines), so a task holds no model and may run on any node.
+        # engine pools (arenaforge.pipeline.engines), so a task holds no model and may run on any node.
         # Ray hands the next queued shard to whichever CPU frees first.
         # A bounded number in flight, the next one submitted as one finishes. A stage that calls
         # engine actors gets exactly `parallelism`: a task blocked in ray.get on an engine gives

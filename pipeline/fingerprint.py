@@ -32,9 +32,9 @@ _ROOT = Path(__file__).resolve().parent.parent
 
 # The stage contract, the package version and the machinery that runs stages and stores their
 # output: changing them changes how stages are run or described, not the rows they make.
-_NOT_ROW_CODE = frozenset({"pipeline", "pipeline.stage", "pipeline.store", "pipeline.funnel",
-                           "pipeline.context", "pipeline.runner", "pipeline.executors",
-                           "pipeline.shards", "pipeline.progress"})
+_NOT_ROW_CODE = frozenset(f"arenaforge.pipeline{m}" for m in (
+    "", ".stage", ".store", ".funnel", ".context", ".runner", ".executors", ".shards",
+    ".progress"))
 
 def digest(obj: Any) -> str:
     blob = json.dumps(obj, sort_keys=True, default=str)
@@ -75,10 +75,10 @@ def _imports(path: Path, module: str) -> set[str]:
 def code_digests(module: str) -> Mapping[str, str]:
     """``{relative path: sha256}`` of ``module`` and the modules it imports from its packages.
 
-    Followed packages: ``stages`` and ``pipeline`` and the module's own top-level package (a
-    test's toy stage lives elsewhere).
+    Followed packages: ``arenaforge`` and the module's own top-level package (a test's toy
+    stage lives elsewhere).
     """
-    packages = {"stages", "pipeline", module.split(".")[0]}
+    packages = {"arenaforge", module.split(".")[0]}
     seen: dict[str, Path] = {}
     todo = [module]
     while todo:

@@ -34,14 +34,14 @@ class StageCounts:
     wall_seconds_last_attempt: float | None = None
     utilization_last_attempt: float | None = None
     # the workers' shard input reads and output writes, and their idle time between shards
-    # (``pipeline.runner.shard_timing``)
+    # (``arenaforge.pipeline.runner.shard_timing``)
     io_seconds_last_attempt: float | None = None
     gap_seconds_last_attempt: float | None = None
     workers: int | None = None
     stats: Mapping[str, float] = dataclasses.field(default_factory=dict)
     shards: int | None = None
     executor: str | None = None
-    # why this run recomputed the stage ("new", "code changed: stages/judge.py", ...); None when
+    # why this run recomputed the stage ("new", "code changed: stages/arena/judge.py", ...); None when
     # the stage was already complete and skipped
     recomputed: str | None = None
 
@@ -69,7 +69,7 @@ class Funnel:
                      order: Sequence[str] | None = None) -> Funnel:
         """From ``{stage: _SUCCESS record}``, in ``order`` (default: the pipeline's)."""
         if order is None:
-            from stages import PIPELINE
+            from arenaforge.stages import PIPELINE
 
             order = [*PIPELINE, *sorted(set(records) - set(PIPELINE))]
         return cls(tuple(StageCounts.from_record(n, records[n]) for n in order if n in records))

@@ -196,10 +196,10 @@ _FUNNEL_COLUMNS = (
 def funnel_table(funnel: Any, seconds: float | None = None, width: int | None = None) -> Table:
     """The funnel as a table (narrow ``width``: low-value columns dropped, nothing cut).
 
-    ``funnel`` is a ``pipeline.funnel.Funnel`` (or records with a ``stage`` key, as the
+    ``funnel`` is a ``arenaforge.pipeline.funnel.Funnel`` (or records with a ``stage`` key, as the
     manifest holds them). A stage recomputed by this run says why under its name.
     """
-    from pipeline.funnel import Funnel, StageCounts
+    from arenaforge.pipeline.funnel import Funnel, StageCounts
 
     if not isinstance(funnel, Funnel):
         funnel = Funnel(tuple(r if isinstance(r, StageCounts) else

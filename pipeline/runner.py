@@ -21,16 +21,15 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-
-from pipeline import fingerprint as fp
-from pipeline.context import RunContext
-from pipeline.executors import make_executor
-from pipeline.filesystem import join
-from pipeline.funnel import Funnel, StageCounts
-from pipeline.progress import Progress, render_funnel
-from pipeline.shards import DROPPED_SCHEMA, ShardRef
-from pipeline.stage import StageSpec
-from pipeline.store import RunStore, StoreError, table_hash
+from arenaforge.pipeline import fingerprint as fp
+from arenaforge.pipeline.context import RunContext
+from arenaforge.pipeline.executors import make_executor
+from arenaforge.pipeline.filesystem import join
+from arenaforge.pipeline.funnel import Funnel, StageCounts
+from arenaforge.pipeline.progress import Progress, render_funnel
+from arenaforge.pipeline.shards import DROPPED_SCHEMA, ShardRef
+from arenaforge.pipeline.stage import StageSpec
+from arenaforge.pipeline.store import RunStore, StoreError, table_hash
 
 log = logging.getLogger(__name__)
 
@@ -127,7 +126,7 @@ def plan_shards(table: pa.Table, key: str, shard_size: int, sharded: bool,
 
 def fingerprint_parts(spec: StageSpec, cfg: Any, store: RunStore,
                       planned: pa.Table | None) -> dict:
-    """Everything a stage's rows depend on, each part hashed (see ``pipeline.fingerprint``).
+    """Everything a stage's rows depend on, each part hashed (see ``arenaforge.pipeline.fingerprint``).
 
     A stage's input is its source's output, which that stage's ``output_hash`` (a digest of its
     shard checksums) already names; only a planned input (the first stage) is hashed here.
@@ -320,7 +319,7 @@ def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
     directory exists, as one failed row per request. Cheap: pip metadata and ``stat`` only
     (served models are not probed here: an unreachable server fails its stage with the URL).
     """
-    from pipeline.models import load_registry, package_files, stage_models
+    from arenaforge.pipeline.models import load_registry, package_files, stage_models
 
     model_specs = [s for s in specs if s.uses_models]
     if not model_specs:
@@ -349,7 +348,7 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     """Run the configured stages of ``cfg`` into ``<artifacts_dir>/<name>/``.
 
     ``artifacts_dir`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/runs``); see
-    ``pipeline.filesystem`` for where S3 options and credentials come from.
+    ``arenaforge.pipeline.filesystem`` for where S3 options and credentials come from.
 
     Raises:
         StoreError: the run directory was made by a different config (use ``fresh=True``), or
@@ -357,9 +356,9 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
         ContractChainError: the configured stages do not fit together.
         ModelUnavailableError: a model the stages use is not installed (nothing was written).
     """
-    from pipeline.config import dump_config
-    from pipeline.context import close_process_resources
-    from stages import get_stage
+    from arenaforge.pipeline.config import dump_config
+    from arenaforge.pipeline.context import close_process_resources
+    from arenaforge.stages import get_stage
 
     start = time.perf_counter()
     specs = [get_stage(name) for name in cfg.stages]

@@ -20,9 +20,8 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
-
-from pipeline.stage import StageConfig, StageResult, StageSpec, as_result
-from pipeline.store import RunStore
+from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec, as_result
+from arenaforge.pipeline.store import RunStore
 
 log = logging.getLogger(__name__)
 
@@ -69,11 +68,11 @@ _FATAL = (ContractError, FatalStageError, MemoryError, KeyboardInterrupt, Import
 
 def _fatal_types() -> tuple[type[BaseException], ...]:
     # Unreachable servers, missing weights and a missing sandbox fail every row alike.
-    from pipeline.backends.base import BackendError
-    from pipeline.backends.chat_template import ChatTemplateError
-    from pipeline.models.weights import ModelNotInstalledError, WeightsCorruptError
-    from pipeline.sandbox.pool import SandboxUnavailable
-    from pipeline.sandbox.worker import SandboxStartError
+    from arenaforge.pipeline.backends.base import BackendError
+    from arenaforge.pipeline.backends.chat_template import ChatTemplateError
+    from arenaforge.pipeline.models.weights import ModelNotInstalledError, WeightsCorruptError
+    from arenaforge.pipeline.sandbox.pool import SandboxUnavailable
+    from arenaforge.pipeline.sandbox.worker import SandboxStartError
 
     ray_lost: tuple[type[BaseException], ...] = ()
     try:  # a worker, actor or node that Ray lost: no row's fault (ray is optional inline)

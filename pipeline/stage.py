@@ -51,7 +51,7 @@ class StageResult:
 
 
 class StageContext(Protocol):
-    """What the runner hands a stage. Implemented by ``pipeline.context.RunContext``."""
+    """What the runner hands a stage. Implemented by ``arenaforge.pipeline.context.RunContext``."""
 
     # No run directory and no run config here: a stage's settings are its frozen config
     # section and what it reads comes through ``read`` (the store owns the layout).
@@ -65,7 +65,7 @@ class StageContext(Protocol):
         """The LLM backend for a registered model id (loaded once per process, request-cached)."""
 
     def model_spec(self, model_id: str) -> Any:
-        """The registry entry (pipeline.models.ModelSpec) for a model id."""
+        """The registry entry (arenaforge.pipeline.models.ModelSpec) for a model id."""
 
     def read(self, stage: str, columns: Sequence[str] | None = None,
              instruction_ids: Sequence[str] | None = None) -> pa.Table:
@@ -76,10 +76,10 @@ class StageContext(Protocol):
         """A declared side artifact of an earlier stage (None when that stage wrote none)."""
 
     def funnel(self) -> Any:
-        """The run's funnel so far (``pipeline.funnel.Funnel``: completed stages in order)."""
+        """The run's funnel so far (``arenaforge.pipeline.funnel.Funnel``: completed stages in order)."""
 
     def sandbox(self) -> Any:
-        """A sandbox pool (pipeline.sandbox) shared by the process."""
+        """A sandbox pool (arenaforge.pipeline.sandbox) shared by the process."""
 
     def advance(self, rows: int) -> None:
         """Report progress inside a shard (rows finished); optional to call."""

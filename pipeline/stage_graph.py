@@ -1,7 +1,7 @@
 """The stage graph a config runs: what each stage reads, from whom, and what it fills.
 
 ``arenaforge graph [CONFIG]`` prints it; the same check the runner makes before any model loads
-(``pipeline.runner.check_chain``) runs first, so a graph that prints is one that can run.
+(``arenaforge.pipeline.runner.check_chain``) runs first, so a graph that prints is one that can run.
 
 Example::
 
@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from pipeline.stage import StageSpec
+from arenaforge.pipeline.stage import StageSpec
 
 
 def stage_graph(specs: list[StageSpec]) -> list[dict[str, Any]]:

@@ -2,7 +2,7 @@
 
 The run directory is a local path (an NFS mount is one) or any ``pyarrow.fs`` URI
 (``s3://bucket/runs/<name>``); every read, write, listing and removal in it goes through this
-module and ``pipeline.filesystem``. Layout of ``<artifacts_dir>/<name>/``::
+module and ``arenaforge.pipeline.filesystem``. Layout of ``<artifacts_dir>/<name>/``::
 
     config.yaml              the resolved config
     manifest.json            config hash, code version, per-stage status/rows/timings
@@ -43,9 +43,8 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-
-from pipeline import __version__
-from pipeline import filesystem as fsys
+from arenaforge.pipeline import __version__
+from arenaforge.pipeline import filesystem as fsys
 
 SUCCESS = "_SUCCESS"
 
@@ -412,7 +411,7 @@ class RunStore:
         leaves no directory behind)."""
         if self.remote:
             digest = hashlib.sha256(str(self.root).encode()).hexdigest()[:12]
-            from pipeline.models.weights import cache_root
+            from arenaforge.pipeline.models.weights import cache_root
 
             base = (self.local_cache_dir or cache_root() / "runs") / f"{self.name}-{digest}"
         else:
@@ -451,8 +450,8 @@ class RunStore:
         return out
 
     def funnel(self, order: list[str] | None = None) -> Any:
-        """The completed stages as a ``pipeline.funnel.Funnel`` (pipeline order by default)."""
-        from pipeline.funnel import Funnel
+        """The completed stages as a ``arenaforge.pipeline.funnel.Funnel`` (pipeline order by default)."""
+        from arenaforge.pipeline.funnel import Funnel
 
         return Funnel.from_records(self.completed(), order)
 

@@ -12,7 +12,7 @@ Usage::
     python scripts/bench_backends.py                     # every installed embedded model
     python scripts/bench_backends.py --models smollm2-135m --max-tokens 64 --reps 3
 
-``--batch`` measures instead the batched path (:mod:`pipeline.backends.llamacpp_batch`):
+``--batch`` measures instead the batched path (:mod:`arenaforge.pipeline.backends.llamacpp_batch`):
 aggregate completion tok/s of one ``chat`` call over ``--batch-prompts`` distinct requests at
 each ``--batch-sizes`` value, against the sequential path (batch size 1, each request alone)
 in the same process (target: >= 3x at the best size for the 0.5B model). ``--threads`` defaults
@@ -42,9 +42,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.backends import SamplingParams, create_backend
-from pipeline.backends.llamacpp import llama_sampling_kwargs
-from pipeline.models import ModelNotInstalledError, load_registry
+from arenaforge.pipeline.backends import SamplingParams, create_backend
+from arenaforge.pipeline.backends.llamacpp import llama_sampling_kwargs
+from arenaforge.pipeline.models import ModelNotInstalledError, load_registry
 
 TASKS = ["Write a Python function that checks whether a string is a palindrome.",
          "Write a Python function that merges two sorted lists into one sorted list.",
@@ -149,15 +149,14 @@ def bench_server(spec, args) -> dict:
     from concurrent.futures import ThreadPoolExecutor
 
     import httpx
-
-    from pipeline.backends.llamacpp_serve import (
+    from arenaforge.pipeline.backends.llamacpp_serve import (
         Served,
         free_port,
         llama_server_binary,
         llama_server_command,
     )
-    from pipeline.backends.openai_server import request_body
-    from pipeline.models import ModelSpec, resolve_weights
+    from arenaforge.pipeline.backends.openai_server import request_body
+    from arenaforge.pipeline.models import ModelSpec, resolve_weights
 
     binary = args.llama_server or llama_server_binary()
     if not binary:

@@ -1,7 +1,7 @@
 """Benchmark: rows/s of the ``clean`` stage (filters + exact + MinHash LSH near-dup).
 
 Builds synthetic mined requests (template sentences with random fill-ins, plus exact and
-near-duplicate copies), times ``stages.clean.run`` on them and, as the reference in the same
+near-duplicate copies), times ``arenaforge.stages.instructions.clean.run`` on them and, as the reference in the same
 process, the straightforward datasketch loop (a fresh ``MinHash`` per row, ``update`` per shingle,
 LSH query + insert) on a subsample. Prints both rates and their ratio.
 
@@ -16,11 +16,10 @@ import random
 import time
 
 import pyarrow as pa
-
-from pipeline.textnorm import instruction_id
-from stages.clean import CleanConfig, run
-from stages.mine import MINE_SCHEMA
-from stages.minhash_dedup import shingles
+from arenaforge.pipeline.textnorm import instruction_id
+from arenaforge.stages.instructions.clean import CleanConfig, run
+from arenaforge.stages.instructions.dedup import shingles
+from arenaforge.stages.instructions.mine import MINE_SCHEMA
 
 VERBS = ["Write", "Implement", "Create", "Build", "Design", "Explain how to write", "Show me"]
 THINGS = ["a function", "a class", "a command-line tool", "a REST endpoint", "a generator",

@@ -1,4 +1,4 @@
-"""Benchmark stages.kcenter against the google/active-learning KCenterGreedy loop.
+"""Benchmark arenaforge.stages.output.kcenter against the google/active-learning KCenterGreedy loop.
 
 The reference mirrors ``sampling_methods/kcenter_greedy.py`` (google/active-learning): each
 step takes ``np.argmax`` of the running min distances, computes sklearn ``pairwise_distances``
@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from stages.kcenter import kcenter_greedy_with_radii
+from arenaforge.stages.output.kcenter import kcenter_greedy_with_radii
 
 
 def google_reference(X: np.ndarray, k: int, first: int) -> list[int]:

@@ -47,12 +47,12 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 # Light imports only: spawned children re-import this module, and nothing here may load
-# llama_cpp or touch OMP_WAIT_POLICY (pipeline.backends.create_backend does, in the workers).
-from pipeline.backends.base import SamplingParams, merged_stop
-from pipeline.models import load_registry, resolve_weights
-from stages import judge_protocols as jp
-from stages.answer import build_conversation
-from stages.mine import DEFAULT_SYSTEM
+# llama_cpp or touch OMP_WAIT_POLICY (arenaforge.pipeline.backends.create_backend does, in the workers).
+from arenaforge.pipeline.backends.base import SamplingParams, merged_stop
+from arenaforge.pipeline.models import load_registry, resolve_weights
+from arenaforge.stages.arena import protocols as jp
+from arenaforge.stages.arena.answer import build_conversation
+from arenaforge.stages.instructions.mine import DEFAULT_SYSTEM
 
 MINER, SMALL = "qwen2.5-coder-0.5b", "smollm2-135m"
 INSTRUCTIONS = [f"Write a Python function that {t}." for t in (
@@ -94,8 +94,7 @@ def reference_process(conn, weights: dict[str, tuple[str, int]], threads: int) -
     policy = os.environ.get("OMP_WAIT_POLICY", "unset")  # libgomp reads it at import
     import llama_cpp
     import numpy as np
-
-    from pipeline.backends import llamacpp as lc
+    from arenaforge.pipeline.backends import llamacpp as lc
 
     llms = {}
     for model_id, (path, n_ctx) in weights.items():
@@ -142,8 +141,8 @@ def reference_process(conn, weights: dict[str, tuple[str, int]], threads: int) -
 def arena_process(conn, registry_path: str, model_ids: list[str], threads: int,
                   options: dict) -> None:
     """One arenaforge model worker (a Ray model actor's role): load, warm up, serve shards."""
-    from pipeline.backends import create_backend
-    from stages.mine import build_pre_query
+    from arenaforge.pipeline.backends import create_backend
+    from arenaforge.stages.instructions.mine import build_pre_query
 
     registry = load_registry(registry_path)
     backends = {m: create_backend(registry[m], n_threads=threads, **options) for m in model_ids}

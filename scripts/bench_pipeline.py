@@ -33,11 +33,10 @@ sys.path.insert(0, str(ROOT))
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-
-from pipeline.backends import SamplingParams, create_backend
-from pipeline.config import load_config
-from pipeline.context import close_process_resources
-from pipeline.runner import plan_shards, run_pipeline
+from arenaforge.pipeline.backends import SamplingParams, create_backend
+from arenaforge.pipeline.config import load_config
+from arenaforge.pipeline.context import close_process_resources
+from arenaforge.pipeline.runner import plan_shards, run_pipeline
 
 QWEN, SMOL = "qwen2.5-coder-0.5b", "smollm2-135m"
 INSTRUCTIONS = [
@@ -59,10 +58,10 @@ def machine() -> dict:
 
 def run_pipeline_part(workdir: Path, args) -> dict:
     """Run mine+clean, then answer on a seeded input; returns stage infos and the configs."""
-    from pipeline.config import dump_config
-    from pipeline.shards import DROPPED_SCHEMA
-    from pipeline.store import RunStore
-    from pipeline.textnorm import instruction_id
+    from arenaforge.pipeline.config import dump_config
+    from arenaforge.pipeline.shards import DROPPED_SCHEMA
+    from arenaforge.pipeline.store import RunStore
+    from arenaforge.pipeline.textnorm import instruction_id
 
     common = [f"artifacts_dir={workdir}", "runner.request_cache=false", "runner.kind=inline",
               f"runner.shard_size={args.shard_size}"]
@@ -95,9 +94,9 @@ def run_pipeline_part(workdir: Path, args) -> dict:
 
 def direct_part(part: dict, threads: int) -> dict:
     """The same model calls, made straight on ``create_backend``; returns times and agreement."""
-    from pipeline.models import load_registry
-    from stages.answer import build_conversation
-    from stages.pre_query import build_pre_query
+    from arenaforge.pipeline.models import load_registry
+    from arenaforge.stages.arena.answer import build_conversation
+    from arenaforge.stages.instructions.pre_query import build_pre_query
 
     registry = load_registry(part["mine_cfg"].models_file)
     load_s = 0.0
@@ -228,7 +227,7 @@ def main() -> None:
     threads = os.cpu_count() or 1
     before = machine()
     # warm the page cache so neither side pays the first read of the weights
-    from pipeline.models import load_registry
+    from arenaforge.pipeline.models import load_registry
     registry = load_registry(ROOT / "configs" / "models.yaml")
     for model_id in (QWEN, SMOL):
         create_backend(registry[model_id], n_threads=threads).close()

@@ -26,7 +26,7 @@ from typing import Self
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.sandbox import Job, SandboxConfig, SandboxPool
+from arenaforge.pipeline.sandbox import Job, SandboxConfig, SandboxPool
 
 TARGETS = {"per_exec": 40.0, "forkserver": 300.0}
 

@@ -214,7 +214,7 @@ def rss_by_stage(rss: PeakRss, starts: list[tuple[str, str]]) -> dict[str, float
 def run_driver(config: Path, overrides: list[str], log: Path,
                timeout_s: float) -> tuple[int, float, PeakRss]:
     """``arenaforge run CONFIG --fresh``: (exit code, wall seconds, its RSS meter)."""
-    cmd = [sys.executable, "-m", "pipeline.cli", "run", str(config), "--fresh"]
+    cmd = [sys.executable, "-m", "arenaforge.pipeline.cli", "run", str(config), "--fresh"]
     for item in overrides:
         cmd += ["--set", item]
     env = {k: v for k, v in os.environ.items() if k != "RAY_ADDRESS"}
@@ -234,7 +234,7 @@ def run_driver(config: Path, overrides: list[str], log: Path,
 
 def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -> dict[str, Any]:
     """The benchmark's numbers from a run's ``stats.json`` (see the module docstring)."""
-    from stages import PIPELINE
+    from arenaforge.stages import PIPELINE
 
     stages, work_s, model_s, sandbox_s = {}, 0.0, 0.0, 0.0
     for name in sorted(stats, key=lambda n: PIPELINE.index(n) if n in PIPELINE else 99):

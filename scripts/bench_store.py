@@ -23,11 +23,10 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+import arenaforge.pipeline.store as store_module
 import pyarrow as pa
-
-import pipeline.store as store_module
-from pipeline.shards import DROPPED_SCHEMA
-from pipeline.store import RunStore
+from arenaforge.pipeline.shards import DROPPED_SCHEMA
+from arenaforge.pipeline.store import RunStore
 
 
 def source_table(n: int, seed: int) -> pa.Table:

@@ -1,4 +1,4 @@
-"""Verification throughput: ``stages.verify.execute`` (one batch) against job-by-job execution.
+"""Verification throughput: ``arenaforge.stages.verification.verify.execute`` (one batch) against job-by-job execution.
 
 Runs HumanEval canonical solutions, each against its official tests split into one job per
 assert (the shape verify runs: one sandbox job per (answer, test)), through the same pool two
@@ -28,8 +28,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from pipeline.sandbox import Job, SandboxConfig, SandboxPool
-from stages.verify import execute
+from arenaforge.pipeline.sandbox import Job, SandboxConfig, SandboxPool
+from arenaforge.stages.verification.verify import execute
 
 
 def split_asserts(problem: dict) -> list[str]:
@@ -86,7 +86,8 @@ def main(argv: list[str] | None = None) -> None:
 
 def mutation_score(args: argparse.Namespace) -> None:
     """``--mutants``: print the mutation-score table (and write ``--json``)."""
-    from pipeline.config import load_config
+    from arenaforge.pipeline.config import load_config
+
     from scripts.mutation_bench import render, run_bench
 
     if args.cap < 1:

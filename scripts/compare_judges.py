@@ -1,7 +1,7 @@
 """Compare judge protocols by their agreement with execution on HumanEval answer pairs.
 
 Two embedded experts answer HumanEval prompts through the ``answer`` stage; each answer runs
-against the official tests in the sandbox (``pipeline.sandbox.run_tests``). Pairs where exactly
+against the official tests in the sandbox (``arenaforge.pipeline.sandbox.run_tests``). Pairs where exactly
 one answer passes have a known winner; each protocol of the ``judge`` stage judges them with
 one judge model, and the script prints, per protocol:
 
@@ -39,10 +39,10 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from pipeline.textnorm import instruction_id
-from stages import answer as answer_stage
-from stages import judge as judge_stage
-from stages import judge_protocols as jp
+from arenaforge.pipeline.textnorm import instruction_id
+from arenaforge.stages.arena import answer as answer_stage
+from arenaforge.stages.arena import judge as judge_stage
+from arenaforge.stages.arena import protocols as jp
 
 
 class ScriptContext:
@@ -56,7 +56,7 @@ class ScriptContext:
         self._backends: dict[str, object] = {}
 
     def backend(self, model_id: str):
-        from pipeline.backends import create_backend
+        from arenaforge.pipeline.backends import create_backend
 
         if model_id not in self._backends:
             self._backends[model_id] = create_backend(
@@ -75,8 +75,8 @@ class ScriptContext:
 
 def run_program(problem: dict, response: str) -> bool:
     """Did the answer's program pass HumanEval's official tests?"""
-    from pipeline.evaluate import build_program
-    from pipeline.sandbox import run_tests
+    from arenaforge.pipeline.apps.evaluate import build_program
+    from arenaforge.pipeline.sandbox import run_tests
 
     tests = f"{problem['test']}\n\ncheck({problem['entry_point']})\n"
     result = run_tests(build_program(problem, response, "chat"), tests, timeout_s=10.0)
@@ -89,7 +89,7 @@ def build_pairs(args, ctx: ScriptContext) -> tuple[pa.Table, dict[str, str], dic
     Returns:
         (answer rows of the pairs, winner model per instruction_id, counts).
     """
-    from pipeline.evaluate import CHAT_TEMPLATE_FILE, load_problems
+    from arenaforge.pipeline.apps.evaluate import CHAT_TEMPLATE_FILE, load_problems
 
     template = CHAT_TEMPLATE_FILE.read_text(encoding="utf-8")
     problems = load_problems("humaneval", args.max_problems)
@@ -239,7 +239,7 @@ def main(argv: list[str] | None = None) -> int:
     if unknown:
         parser.error(f"unknown protocol(s) {unknown}; known: {list(jp.PROTOCOLS)}")
 
-    from pipeline.models import load_registry
+    from arenaforge.pipeline.models import load_registry
 
     registry = load_registry(args.models_file)
     ctx = ScriptContext(args.contestants, [args.judge], registry, args.threads, args.cache_dir)

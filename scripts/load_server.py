@@ -1,7 +1,7 @@
 """A load generator that stands in for the experts' engines: OpenAI-compatible HTTP on 127.0.0.1.
 
 One ``ThreadingHTTPServer`` per expert (one port each, as one ``vllm serve`` per model would be),
-speaking what :mod:`pipeline.backends.openai_server` sends: ``POST /v1/chat/completions``,
+speaking what :mod:`arenaforge.pipeline.backends.openai_server` sends: ``POST /v1/chat/completions``,
 ``POST /v1/completions`` (with ``logprobs: k``: the top-k next-token log probabilities in the
 legacy completions shape, of each prompt when ``prompt`` is a list, as vLLM answers it),
 ``POST /tokenize`` (which candidates are single tokens),

@@ -14,7 +14,7 @@ problems:
    problem) run on HumanEval's official tests; a mutant that passes them is counted as
    equivalent and left out;
 3. the canonical solution and every other mutant are graded on each suite as verify grades an
-   answer (``stages.suites.trusted_suites`` and ``stages.grading.grade``: bound to the entry
+   answer (``arenaforge.stages.verification.suites.trusted_suites`` and ``arenaforge.stages.verification.grading.grade``: bound to the entry
    point, fail-fast, verify's limits):
 
    - ``asserts``: the written asserts that survive cross-checking without augmentation (the
@@ -45,9 +45,9 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from arenaforge.stages.verification.execution import PASSED
 
 from scripts.ast_mutants import OPERATORS, mutants
-from stages.execution import PASSED
 
 SUITES = ("asserts", "asserts+augmented", "hidden+augmented")
 # HumanEval's check() runs all its asserts in one program (tests/stages/test_humaneval_verify).
@@ -56,14 +56,14 @@ OFFICIAL_TIMEOUT_S = 10.0
 
 def instruction(problem: dict[str, Any]) -> str:
     """What the experts are asked: ``arenaforge eval``'s chat prompt for the problem."""
-    from pipeline.evaluate import CHAT_TEMPLATE_FILE
-    from stages.prompt_templates import fill, load_template
+    from arenaforge.pipeline.apps.evaluate import CHAT_TEMPLATE_FILE
+    from arenaforge.stages.common.prompt_templates import fill, load_template
 
     return fill(load_template(CHAT_TEMPLATE_FILE.name), prompt=problem["prompt"])
 
 
 def _run_stage(name: str, table: pa.Table, stage_cfg: Any, ctx: Any, out: Path) -> dict:
-    from stages import get_stage
+    from arenaforge.stages import get_stage
 
     start = time.perf_counter()
     result = get_stage(name).run(table, stage_cfg, ctx)
@@ -74,7 +74,7 @@ def _run_stage(name: str, table: pa.Table, stage_cfg: Any, ctx: Any, out: Path) 
 
 def generate_tests(problems: list[dict], cfg: Any, run_dir: Path) -> dict[str, Any]:
     """The experts' answers, then the ``tests`` stage without and with augmentation."""
-    from pipeline.context import RunContext
+    from arenaforge.pipeline.context import RunContext
 
     ctx = RunContext(run_dir, cfg)
     table = pa.Table.from_pylist([{"instruction_id": p["task_id"], "instruction": instruction(p),
@@ -90,8 +90,8 @@ def generate_tests(problems: list[dict], cfg: Any, run_dir: Path) -> dict[str, A
 
 
 def condition_suites(plain: pa.Table, augmented: pa.Table) -> dict[str, dict[str, Any]]:
-    """Per suite of ``SUITES``, one ``stages.suites.Suite`` per instruction."""
-    from stages.suites import trusted_suites
+    """Per suite of ``SUITES``, one ``arenaforge.stages.verification.suites.Suite`` per instruction."""
+    from arenaforge.stages.verification.suites import trusted_suites
 
     with_aug = trusted_suites(augmented)
     return {"asserts": trusted_suites(plain), "asserts+augmented": with_aug,
@@ -103,7 +103,7 @@ def admissions(pool: Any, items: list[tuple[str, Any]], timeout_s: float,
                memory_mb: int | None) -> list[tuple[bool | None, Any]]:
     """Per ``(program, suite)``: whether the suite admits the program (``None``: no suite or
     an empty one) and verify's ``Graded`` for it."""
-    from stages.grading import grade
+    from arenaforge.stages.verification.grading import grade
 
     grades = grade(pool, items, timeout_s=timeout_s, memory_mb=memory_mb, fail_fast=True)
     return [(None if suite is None or not suite.graded else g.verdict.status == PASSED, g)
@@ -182,9 +182,9 @@ def _mutant_rows(problems: list[dict], cap: int, seed: int) -> list[dict]:
 
 def run_bench(cfg: Any, workdir: Path, n_problems: int, cap: int, seed: int) -> dict[str, Any]:
     """The whole bench; returns the JSON-ready result."""
-    from pipeline.context import RunContext, close_process_resources
-    from pipeline.evaluate import load_problems, problem_tests
-    from stages.execution import execute
+    from arenaforge.pipeline.apps.evaluate import load_problems, problem_tests
+    from arenaforge.pipeline.context import RunContext, close_process_resources
+    from arenaforge.stages.verification.execution import execute
 
     start, load_start = time.perf_counter(), os.getloadavg()
     problems = load_problems("humaneval", n_problems)

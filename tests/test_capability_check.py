@@ -7,16 +7,16 @@ from fnmatch import fnmatch
 from pathlib import Path
 
 import pytest
-
-from pipeline.capability_check import (
+from arenaforge.pipeline.capability_check import (
     capability_problems,
     check_protocol_capabilities,
     stage_needs,
 )
-from pipeline.config import ConfigError, load_config
-from pipeline.fingerprint import PROMPTS_DIR
-from stages import difficulty, get_stage
-from stages import judge_protocols as jp
+from arenaforge.pipeline.config import ConfigError, load_config
+from arenaforge.pipeline.fingerprint import PROMPTS_DIR
+from arenaforge.stages import get_stage
+from arenaforge.stages.arena import protocols as jp
+from arenaforge.stages.instructions import difficulty
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = """\
@@ -106,7 +106,7 @@ def test_an_embedding_model_cannot_judge(tmp_path):
 
 
 def _registry(tmp_path):
-    from pipeline.models import load_registry
+    from arenaforge.pipeline.models import load_registry
 
     return load_registry(tmp_path / "models.yaml")
 
@@ -121,7 +121,7 @@ def _cli(*argv: str):
     import subprocess
     import sys
 
-    return subprocess.run([sys.executable, "-m", "pipeline.cli", *argv], capture_output=True,
+    return subprocess.run([sys.executable, "-m", "arenaforge.pipeline.cli", *argv], capture_output=True,
                           text=True, cwd=ROOT, check=False)
 
 

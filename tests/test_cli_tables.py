@@ -17,13 +17,12 @@ from pathlib import Path
 
 import pyarrow as pa
 import pytest
+from arenaforge.pipeline.cli import app
+from arenaforge.pipeline.models import load_registry
+from arenaforge.pipeline.progress import Col, fit_table, funnel_table
+from arenaforge.pipeline.store import StageStore
 from rich.console import Console
 from typer.testing import CliRunner
-
-from pipeline.cli import app
-from pipeline.models import load_registry
-from pipeline.progress import Col, fit_table, funnel_table
-from pipeline.store import StageStore
 
 ROOT = Path(__file__).resolve().parents[1]
 REGISTRY = ROOT / "configs" / "models.yaml"
@@ -35,7 +34,7 @@ ID_CHARS = r"[\w.\-]"
 def run_cli(args: list[str], columns: int = 40, terminal: bool = True) -> str:
     """stdout of ``arenaforge ARGS`` in a terminal ``columns`` wide, or piped."""
     env = {**os.environ, "COLUMNS": str(columns), "TERM": "xterm"}
-    cmd = [sys.executable, "-m", "pipeline.cli", *args]
+    cmd = [sys.executable, "-m", "arenaforge.pipeline.cli", *args]
     if not terminal:
         done = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True, timeout=120,
                               check=False)

@@ -5,8 +5,7 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from pipeline.config import ConfigError, load_config
+from arenaforge.pipeline.config import ConfigError, load_config
 
 ROOT = Path(__file__).resolve().parents[1]
 MODELS = ROOT / "configs" / "models.yaml"
@@ -74,7 +73,7 @@ def test_bad_override_syntax(tmp_path):
 def test_cli_exits_2_and_leaves_no_run_dir(tmp_path, args):
     cfg = _write(tmp_path, "experts: [smollm2-135m]\nname: clitest\n")
     argv = [a.format(cfg=cfg, missing=tmp_path / "missing.yaml") for a in args]
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *argv], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "arenaforge.pipeline.cli", *argv], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode == 2, proc.stderr
     assert "error:" in proc.stderr
@@ -90,7 +89,7 @@ def test_train_and_ablate_configs_fail_like_run_configs(tmp_path, args, named):
     bad = tmp_path / "ablate.yaml"
     bad.write_text("train_recipe: sft-tiny.yaml\nrules: [bogus]\n")
     argv = [a.format(tmp=tmp_path, bad=bad, missing=tmp_path / "missing.yaml") for a in args]
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", *argv], capture_output=True,
+    proc = subprocess.run([sys.executable, "-m", "arenaforge.pipeline.cli", *argv], capture_output=True,
                           text=True, cwd=ROOT)
     assert proc.returncode == 2, proc.stderr
     assert "error:" in proc.stderr and named in proc.stderr and "Traceback" not in proc.stderr
@@ -99,22 +98,22 @@ def test_train_and_ablate_configs_fail_like_run_configs(tmp_path, args, named):
 
 def test_cli_config_show_prints_resolved_defaults(tmp_path):
     cfg = _write(tmp_path, "experts: [smollm2-135m]\n")
-    proc = subprocess.run([sys.executable, "-m", "pipeline.cli", "config", "show", str(cfg)],
+    proc = subprocess.run([sys.executable, "-m", "arenaforge.pipeline.cli", "config", "show", str(cfg)],
                           capture_output=True, text=True, cwd=ROOT)
     assert proc.returncode == 0, proc.stderr
     assert "shard_size: 8" in proc.stdout and "sandbox:" in proc.stdout
 
 
 def test_every_stage_has_a_declared_section():
-    from pipeline.config import RunConfig
-    from stages import PIPELINE, get_stage
+    from arenaforge.pipeline.config import RunConfig
+    from arenaforge.stages import PIPELINE, get_stage
 
     for name in PIPELINE:
         assert RunConfig.model_fields[name].annotation is get_stage(name).config, name
 
 
 def test_run_level_defaults_are_resolved_into_the_stage_sections(tmp_path):
-    from pipeline.config import load_config
+    from arenaforge.pipeline.config import load_config
 
     cfg = load_config(ROOT / "configs" / "default.yaml",
                       ["judges=[smollm2-135m]", "mine.miners=null", "tests.authors=null",

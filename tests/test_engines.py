@@ -5,11 +5,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from pipeline.config import load_config
-from pipeline.engines import actor_options, replica_resources
-from pipeline.models import load_registry
-from pipeline.models.registry import ModelSpec
+from arenaforge.pipeline.config import load_config
+from arenaforge.pipeline.engines import actor_options, replica_resources
+from arenaforge.pipeline.models import load_registry
+from arenaforge.pipeline.models.registry import ModelSpec
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -49,11 +48,11 @@ def test_defaults_follow_the_runner():
 @pytest.mark.models
 def test_each_model_loads_once_per_replica_for_the_whole_run(tmp_path, ray_local):
     """mine and difficulty both use SmolLM2: its engines load once and serve both stages."""
-    from pipeline.context import RunContext, close_process_resources
-    from pipeline.executors import RayExecutor
-    from pipeline.runner import run_stages
-    from pipeline.store import RunStore
-    from stages import get_stage
+    from arenaforge.pipeline.context import RunContext, close_process_resources
+    from arenaforge.pipeline.executors import RayExecutor
+    from arenaforge.pipeline.runner import run_stages
+    from arenaforge.pipeline.store import RunStore
+    from arenaforge.stages import get_stage
 
     model = "smollm2-135m"
     cfg = load_config(ROOT / "configs" / "tiny-llm.yaml", [

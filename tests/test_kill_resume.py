@@ -9,8 +9,7 @@ import time
 from pathlib import Path
 
 import pyarrow.parquet as pq
-
-from pipeline.store import RunStore
+from arenaforge.pipeline.store import RunStore
 
 SCRIPT = Path(__file__).with_name("toy_pipeline.py")
 

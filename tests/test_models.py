@@ -13,8 +13,7 @@ import textwrap
 from pathlib import Path
 
 import pytest
-
-from pipeline.models import (
+from arenaforge.pipeline.models import (
     ModelNotInstalledError,
     ModelSpec,
     WeightsCorruptError,
@@ -277,7 +276,7 @@ def test_embedded_weights_resolve_with_their_checksums():
 
 @pytest.mark.models
 def test_minilm_embeds_offline():
-    from pipeline.backends.embeddings import create_embedder
+    from arenaforge.pipeline.backends.embeddings import create_embedder
 
     spec = load_registry(REGISTRY)["minilm-l6"]
     try:

@@ -12,8 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from pipeline.store import RunStore
+from arenaforge.pipeline.store import RunStore
 
 ROOT = Path(__file__).resolve().parents[1]
 RAY = [sys.executable, "-m", "ray.scripts.scripts"]

@@ -1,10 +1,10 @@
 """The runner on a real local Ray: same rows as inline, and dead workers are retried."""
 
 import pyarrow as pa
+from arenaforge.pipeline.executors import RayExecutor
+from arenaforge.pipeline.stage import StageSpec
+from arenaforge.pipeline.store import RunStore
 
-from pipeline.executors import RayExecutor
-from pipeline.stage import StageSpec
-from pipeline.store import RunStore
 from tests.toy_pipeline import GEN, SQUARE, SquareConfig, run_toy, square_run
 
 
@@ -59,9 +59,9 @@ def test_free_model_worker_takes_the_next_shard(tmp_path, ray_local):
 def test_shards_queue_ahead_only_where_no_engine_actor_is_called(tmp_path):
     # a queued Ray task starts when a running one blocks on an engine call, so only stages that
     # call no engine actor (CPU stages; served models) may keep a shard queued per worker
-    from pipeline.config import load_config
-    from pipeline.context import RunContext
-    from stages import get_stage
+    from arenaforge.pipeline.config import load_config
+    from arenaforge.pipeline.context import RunContext
+    from arenaforge.stages import get_stage
 
     for config, model_stages_call_engines in (("configs/default.yaml", True),
                                               ("configs/openai.yaml", False)):

@@ -15,12 +15,12 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
+from arenaforge.pipeline import filesystem as fsys
+from arenaforge.pipeline.cli import app
+from arenaforge.pipeline.executors import InlineExecutor
+from arenaforge.pipeline.store import RunStore
 from typer.testing import CliRunner
 
-from pipeline import filesystem as fsys
-from pipeline.cli import app
-from pipeline.executors import InlineExecutor
-from pipeline.store import RunStore
 from tests.toy_pipeline import run_toy
 
 SCRIPT = Path(__file__).with_name("toy_pipeline.py")
@@ -126,7 +126,7 @@ def test_run_context_on_s3_puts_the_request_cache_in_the_bucket_and_caches_local
         s3_server, tmp_path):
     from types import SimpleNamespace
 
-    from pipeline.context import RunContext
+    from arenaforge.pipeline.context import RunContext
 
     remote = s3_server.uri("runs", "ctx")
     runner = SimpleNamespace(request_cache=True, request_cache_store="auto",
@@ -172,7 +172,8 @@ def test_ray_workers_write_one_s3_run_and_a_killed_worker_is_retried(s3_server, 
     """Shards run in Ray worker processes that reach the bucket on their own: endpoint and
     credentials in the URI, since a Ray started by an earlier test has workers whose
     environment lacks the server's credentials."""
-    from pipeline.executors import RayExecutor
+    from arenaforge.pipeline.executors import RayExecutor
+
     from tests.s3_server import CREDENTIALS
     from tests.toy_pipeline import GEN, SQUARE, SquareConfig
 

@@ -2,11 +2,16 @@
 
 import pyarrow.parquet as pq
 import pytest
+from arenaforge.pipeline.executors import InlineExecutor
+from arenaforge.pipeline.runner import (
+    ContractChainError,
+    StageFailedError,
+    check_chain,
+    plan_shards,
+)
+from arenaforge.pipeline.stage import StageSpec
+from arenaforge.pipeline.store import RunStore
 
-from pipeline.executors import InlineExecutor
-from pipeline.runner import ContractChainError, StageFailedError, check_chain, plan_shards
-from pipeline.stage import StageSpec
-from pipeline.store import RunStore
 from tests.toy_pipeline import FILTER, GEN, SQUARE, SquareConfig, run_toy
 
 
@@ -115,10 +120,10 @@ def test_plan_shards_balances_across_workers():
 
 
 def test_funnel_table_shows_wall_and_busy_share(tmp_path):
+    from arenaforge.pipeline.executors import InlineExecutor
+    from arenaforge.pipeline.progress import funnel_table
     from rich.console import Console
 
-    from pipeline.executors import InlineExecutor
-    from pipeline.progress import funnel_table
     from tests.toy_pipeline import run_toy
 
     funnel = run_toy(tmp_path, InlineExecutor(1))

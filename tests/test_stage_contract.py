@@ -8,13 +8,13 @@ import textwrap
 
 import pyarrow as pa
 import pytest
+from arenaforge.pipeline.context import UndeclaredReadError
+from arenaforge.pipeline.executors import InlineExecutor
+from arenaforge.pipeline.runner import ContractChainError, check_chain, run_stages
+from arenaforge.pipeline.stage import StageConfig, StageSpec
+from arenaforge.pipeline.store import RunStore
+from arenaforge.stages import PIPELINE, get_stage
 
-from pipeline.context import UndeclaredReadError
-from pipeline.executors import InlineExecutor
-from pipeline.runner import ContractChainError, check_chain, run_stages
-from pipeline.stage import StageConfig, StageSpec
-from pipeline.store import RunStore
-from stages import PIPELINE, get_stage
 from tests.toy_pipeline import GEN, GenConfig, toy_ctx
 
 
@@ -94,7 +94,7 @@ def test_a_declared_read_gets_only_the_declared_columns(tmp_path):
 
 TOY_STAGES = '''
 import pyarrow as pa
-from pipeline.stage import StageConfig, StageSpec
+from arenaforge.pipeline.stage import StageConfig, StageSpec
 from {pkg}.helper import SUFFIX
 
 
@@ -145,7 +145,7 @@ def toy_package(tmp_path, monkeypatch):
 def _run_toys(run_dir):
     import importlib
 
-    from pipeline import fingerprint
+    from arenaforge.pipeline import fingerprint
 
     fingerprint.code_digests.cache_clear()  # a new process would read the files afresh
     specs = importlib.import_module("toystages.specs")
@@ -189,7 +189,7 @@ def test_changing_imported_code_recomputes_the_stage_that_imports_it(tmp_path, t
 
 
 def test_real_stages_hash_the_prompts_they_fill():
-    from pipeline.fingerprint import prompt_digests
+    from arenaforge.pipeline.fingerprint import prompt_digests
 
     assert "judge_pointwise_logprob.txt" in prompt_digests(get_stage("judge").prompts)
     assert set(prompt_digests(get_stage("repair").prompts)) == {
@@ -200,24 +200,24 @@ def test_real_stages_hash_the_prompts_they_fill():
 
 
 def test_code_digests_follow_imports_but_not_the_runner():
-    from pipeline.fingerprint import code_digests
+    from arenaforge.pipeline.fingerprint import code_digests
 
-    judge = code_digests("stages.judge")
-    assert "stages/judge.py" in judge and "stages/judge_protocols.py" in judge
+    judge = code_digests("arenaforge.stages.arena.judge")
+    assert "stages/arena/judge.py" in judge and "stages/arena/protocols.py" in judge
     assert not any(p in judge for p in ("pipeline/runner.py", "pipeline/store.py",
                                         "pipeline/stage.py"))
-    assert "stages/judge.py" not in code_digests("stages.clean")
+    assert "stages/arena/judge.py" not in code_digests("arenaforge.stages.instructions.clean")
 
 
 def test_missing_prompt_template_is_an_error():
-    from pipeline.fingerprint import prompt_digests
+    from arenaforge.pipeline.fingerprint import prompt_digests
 
     with pytest.raises(FileNotFoundError, match="nope_"):
         prompt_digests(["nope_*.txt"])
 
 
 def test_table_hash_does_not_depend_on_chunking():
-    from pipeline.store import table_hash
+    from arenaforge.pipeline.store import table_hash
 
     one = pa.table({"a": list(range(10_000)), "b": [str(i) for i in range(10_000)]})
     chunked = pa.concat_tables([one.slice(0, 3), one.slice(3, 5000), one.slice(5003)])
@@ -237,9 +237,9 @@ def test_a_run_logged_to_a_file_prints_a_line_per_shard(tmp_path):
     root = Path(__file__).resolve().parents[1]
     code = textwrap.dedent(f"""
         from pathlib import Path
-        from pipeline.executors import InlineExecutor
-        from pipeline.runner import run_stages
-        from pipeline.store import RunStore
+        from arenaforge.pipeline.executors import InlineExecutor
+        from arenaforge.pipeline.runner import run_stages
+        from arenaforge.pipeline.store import RunStore
         from tests.toy_pipeline import SPECS, GenConfig, SquareConfig, FilterConfig, toy_ctx
         run = Path({str(tmp_path / "run")!r})
         store = RunStore(run)
@@ -261,9 +261,8 @@ def test_a_run_logged_to_a_file_prints_a_line_per_shard(tmp_path):
 def test_graph_command_prints_every_stage_and_its_reads():
     import json
 
+    from arenaforge.pipeline.cli import app
     from typer.testing import CliRunner
-
-    from pipeline.cli import app
 
     root = __import__("pathlib").Path(__file__).resolve().parents[1]
     result = CliRunner().invoke(app, ["graph", str(root / "configs" / "smoke.yaml"), "--json"])

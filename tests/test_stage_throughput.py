@@ -41,9 +41,9 @@ def _harness():
 @pytest.mark.slow
 @pytest.mark.models
 def test_non_model_stages_keep_their_throughput(tmp_path):
-    from pipeline.sandbox import SandboxConfig, self_check
-    from pipeline.context import RunContext
-    from stages.embeddings import resolve_model_path
+    from arenaforge.pipeline.context import RunContext
+    from arenaforge.pipeline.sandbox import SandboxConfig, self_check
+    from arenaforge.stages.common.embeddings import resolve_model_path
 
     if self_check(SandboxConfig()):
         pytest.skip(f"sandbox isolation unavailable: {self_check(SandboxConfig())}")

@@ -4,10 +4,9 @@ import json
 
 import pyarrow as pa
 import pytest
-
-from pipeline import filesystem as fsys
-from pipeline.shards import DROPPED_SCHEMA
-from pipeline.store import RunStore, StoreError, atomic_write_json
+from arenaforge.pipeline import filesystem as fsys
+from arenaforge.pipeline.shards import DROPPED_SCHEMA
+from arenaforge.pipeline.store import RunStore, StoreError, atomic_write_json
 
 
 @pytest.fixture(params=["local", "s3"])
@@ -134,7 +133,7 @@ def test_read_where_filters_each_shard_and_keeps_order(root):
 
 def test_read_where_decodes_a_shard_once_and_sees_a_rewritten_one(root, monkeypatch):
     # every shard of a stage sharded from an unsharded source reads the same one file
-    import pipeline.store as store_module
+    import arenaforge.pipeline.store as store_module
 
     stage = RunStore(root).stage("s")
     stage.write_shard(0, pa.table({"k": ["a", "b", "c"], "v": [1, 2, 3]}),

@@ -17,10 +17,10 @@ import pyarrow.compute as pc
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from pipeline.context import RunContext
-from pipeline.stage import StageConfig, StageResult, StageSpec
-from pipeline.store import RunStore
-from pipeline.textnorm import instruction_id
+from arenaforge.pipeline.context import RunContext
+from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
+from arenaforge.pipeline.store import RunStore
+from arenaforge.pipeline.textnorm import instruction_id
 
 
 class GenConfig(StageConfig):
@@ -90,7 +90,7 @@ def toy_ctx(run_dir: Path | str) -> RunContext:
 
 def run_toy(run_dir: Path | str, executor, cfgs: dict | None = None, shard_size: int = 2,
             specs=None) -> list[dict]:
-    from pipeline.runner import run_stages
+    from arenaforge.pipeline.runner import run_stages
 
     cfgs = {"gen": GenConfig(), "square": SquareConfig(), "filter": FilterConfig(), **(cfgs or {})}
     store = RunStore(run_dir)
@@ -100,7 +100,7 @@ def run_toy(run_dir: Path | str, executor, cfgs: dict | None = None, shard_size:
 
 
 if __name__ == "__main__":
-    from pipeline.executors import InlineExecutor, RayExecutor
+    from arenaforge.pipeline.executors import InlineExecutor, RayExecutor
 
     sleep = float(sys.argv[2]) if len(sys.argv) > 2 else 0.02
     kind = sys.argv[3] if len(sys.argv) > 3 else "inline"

@@ -2,8 +2,8 @@
 
 Example::
 
-    from pipeline.backends import SamplingParams, create_backend
-    from pipeline.models import load_registry
+    from arenaforge.pipeline.backends import SamplingParams, create_backend
+    from arenaforge.pipeline.models import load_registry
 
     spec = load_registry("configs/models.yaml")["qwen2.5-coder-0.5b"]
     backend = create_backend(spec, n_threads=2, cache_dir=Path("/tmp/req-cache"))
@@ -20,7 +20,7 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pipeline.backends.base import (
+from arenaforge.pipeline.backends.base import (
     Backend,
     BackendError,
     Completion,
@@ -28,12 +28,12 @@ from pipeline.backends.base import (
     SamplingParams,
     truncate_at_stop,
 )
-from pipeline.backends.chat_template import ChatTemplateError, render_chat_template
-from pipeline.backends.request_cache import CachedBackend
+from arenaforge.pipeline.backends.chat_template import ChatTemplateError, render_chat_template
+from arenaforge.pipeline.backends.request_cache import CachedBackend
 
 if TYPE_CHECKING:
-    from pipeline.backends.template_source import TemplateInfo
-    from pipeline.models import ModelSpec
+    from arenaforge.pipeline.backends.template_source import TemplateInfo
+    from arenaforge.pipeline.models import ModelSpec
 
 __all__ = [
     "Backend",
@@ -79,7 +79,7 @@ def _template_override(spec: ModelSpec) -> str | None:
 
 def _served_template(spec: ModelSpec) -> TemplateInfo | None:
     """A served model's template on the client; ``None``: ask the server (``/props``)."""
-    from pipeline.backends.template_source import TemplateInfo, load_template
+    from arenaforge.pipeline.backends.template_source import TemplateInfo, load_template
 
     if spec.chat_template_source == "server":
         return None
@@ -107,23 +107,23 @@ def create_backend(spec: ModelSpec, *, n_threads: int | None = None,
         **options: backend keyword options; they override the entry's ``options``.
 
     Raises:
-        pipeline.models.ModelNotInstalledError: weight packages missing (with the pip command).
+        arenaforge.pipeline.models.ModelNotInstalledError: weight packages missing (with the pip command).
         ValueError: the entry cannot serve text generation (an embedding model).
     """
-    from pipeline.models import resolve_weights, weights_fingerprint
+    from arenaforge.pipeline.models import resolve_weights, weights_fingerprint
 
     opts = {**spec.options, **options}
     template = _template_override(spec)
     backend: Backend
     if spec.backend == "llamacpp":
         prefer_passive_openmp()
-        from pipeline.backends.llamacpp import LlamaCppBackend
+        from arenaforge.pipeline.backends.llamacpp import LlamaCppBackend
 
         backend = LlamaCppBackend(spec.id, resolve_weights(spec), n_ctx=spec.n_ctx,
                                   stop=spec.stop, chat_template=template, n_threads=n_threads,
                                   **opts)
     elif spec.backend == "openai":
-        from pipeline.backends.openai_server import OpenAIServerBackend
+        from arenaforge.pipeline.backends.openai_server import OpenAIServerBackend
 
         info = _served_template(spec)
         template_kwargs = {"template_from_server": info is None}
@@ -134,19 +134,19 @@ def create_backend(spec: ModelSpec, *, n_threads: int | None = None,
                                       replicas=spec.replica_urls, stop=spec.stop,
                                       **template_kwargs, **opts)
     elif spec.backend == "vllm":
-        from pipeline.backends.vllm_offline import VllmBackend
+        from arenaforge.pipeline.backends.vllm_offline import VllmBackend
 
         backend = VllmBackend(spec.id, str(resolve_weights(spec)), n_ctx=spec.n_ctx,
                               stop=spec.stop, chat_template=template or None, **opts)
     elif spec.backend == "transformers":
-        from pipeline.backends.transformers_local import TransformersBackend
+        from arenaforge.pipeline.backends.transformers_local import TransformersBackend
 
         backend = TransformersBackend(spec.id, resolve_weights(spec), stop=spec.stop,
                                       chat_template=template or None, n_threads=n_threads,
                                       **opts)
     else:
         raise ValueError(f"model {spec.id!r} uses backend {spec.backend!r}, which does not "
-                         "generate text; load it with pipeline.backends.embeddings.create_embedder")
+                         "generate text; load it with arenaforge.pipeline.backends.embeddings.create_embedder")
     if cache_dir is not None:
         return CachedBackend(backend, cache_dir, weights_fingerprint(spec), store=cache_store)
     return backend

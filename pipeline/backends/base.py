@@ -104,7 +104,7 @@ class Completion:
 
 @runtime_checkable
 class Backend(Protocol):
-    """What every LLM backend provides. See :func:`pipeline.backends.create_backend`."""
+    """What every LLM backend provides. See :func:`arenaforge.pipeline.backends.create_backend`."""
 
     model_id: str
 

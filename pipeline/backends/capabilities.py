@@ -3,11 +3,11 @@
 A stage protocol (a judge protocol, a difficulty protocol) names the one capability it needs;
 its stage config lists, per model it will ask, a :class:`CapabilityNeed`
 (:func:`protocol_needs`), and ``arenaforge config validate`` and ``arenaforge run`` compare each
-with :func:`capabilities_of` before any model loads (:mod:`pipeline.capability_check`).
+with :func:`capabilities_of` before any model loads (:mod:`arenaforge.pipeline.capability_check`).
 
 Example::
 
-    >>> from pipeline.models.registry import ModelSpec
+    >>> from arenaforge.pipeline.models.registry import ModelSpec
     >>> spec = ModelSpec(id="m", backend="transformers", family="qwen2", path="/models/m")
     >>> caps = capabilities_of(spec)
     >>> caps.chat, caps.next_token_logprobs, caps.max_batch_size
@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, ClassVar, Literal, get_args
 
 if TYPE_CHECKING:
-    from pipeline.models import ModelSpec
+    from arenaforge.pipeline.models import ModelSpec
 
 Capability = Literal["raw_completion", "chat", "next_token_logprobs"]
 CAPABILITIES: tuple[Capability, ...] = get_args(Capability)

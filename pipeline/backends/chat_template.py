@@ -16,7 +16,7 @@ from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 
-from pipeline.backends.base import Completion, Conversation
+from arenaforge.pipeline.backends.base import Completion, Conversation
 
 
 class ChatTemplateError(ValueError):

@@ -1,6 +1,6 @@
 """A completion's text grown token by token with llama-cpp-python's stop rules.
 
-The batched llama.cpp path (:mod:`pipeline.backends.llamacpp_batch`) must return the text and
+The batched llama.cpp path (:mod:`arenaforge.pipeline.backends.llamacpp_batch`) must return the text and
 ``finish_reason`` the sequential path (``Llama.create_completion``) returns for the same tokens;
 this replays that function's stop-string, multibyte and ``max_tokens`` checks.
 """

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from pipeline.models import ModelSpec
+    from arenaforge.pipeline.models import ModelSpec
 
 
 def create_embedder(spec: ModelSpec, *, n_threads: int | None = None,
@@ -14,14 +14,13 @@ def create_embedder(spec: ModelSpec, *, n_threads: int | None = None,
 
     Raises:
         ValueError: the entry is not a sentence-transformers model.
-        pipeline.models.ModelNotInstalledError: its package is missing.
+        arenaforge.pipeline.models.ModelNotInstalledError: its package is missing.
     """
     if spec.backend != "sentence_transformers":
         raise ValueError(f"model {spec.id!r} has backend {spec.backend!r}, not an embedder")
     import torch
+    from arenaforge.pipeline.models import resolve_weights
     from sentence_transformers import SentenceTransformer
-
-    from pipeline.models import resolve_weights
 
     if n_threads:
         torch.set_num_threads(n_threads)

@@ -20,8 +20,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from pipeline.backends.base import Completion, LogprobReading, SamplingParams
-from pipeline.backends.rendered_chat import RenderedChat, add_bos
+from arenaforge.pipeline.backends.base import Completion, LogprobReading, SamplingParams
+from arenaforge.pipeline.backends.rendered_chat import RenderedChat, add_bos
 
 log = logging.getLogger(__name__)
 
@@ -113,12 +113,12 @@ class LlamaCppBackend(RenderedChat):
             and turning extra buffers off is the only runtime switch. A build without AMX
             (``GGML_NATIVE=OFF`` plus explicit AVX2/AVX-512 flags) keeps repacking and is faster.
         batch_size: sequences decoded together by the batched path
-            (:mod:`pipeline.backends.llamacpp_batch`); ``1``: one at a time. Its KV cache holds
+            (:mod:`arenaforge.pipeline.backends.llamacpp_batch`); ``1``: one at a time. Its KV cache holds
             ``batch_size * n_ctx`` tokens. 16: Qwen 0.5B with one thread decodes 3.1x the
             sequential rate at 16, 2.45x at 8 (``scripts/bench_backends.py --batch``).
         batch_prefix_reuse: let the batched path reuse the KV of partly shared prompts (faster
             for judge pairs; rounds slightly differently from a one-pass prompt, see
-            :class:`pipeline.backends.llamacpp_batch.BatchedDecoder`).
+            :class:`arenaforge.pipeline.backends.llamacpp_batch.BatchedDecoder`).
         **llama_kwargs: passed to ``llama_cpp.Llama`` (``n_batch``, ``n_gpu_layers``, ...).
     """
 
@@ -166,7 +166,7 @@ class LlamaCppBackend(RenderedChat):
     def _generate(self, prompts: list[str], params: SamplingParams,
                   stop: list[str]) -> list[list[Completion]]:
         if self.batch_size > 1 and len(prompts) * params.n > 1:
-            from pipeline.backends.llamacpp_batch import generate_batched
+            from arenaforge.pipeline.backends.llamacpp_batch import generate_batched
 
             batched = generate_batched(self, prompts, params, stop)
             if batched is not None:  # None: this model or library cannot batch
@@ -191,8 +191,8 @@ class LlamaCppBackend(RenderedChat):
 
     def next_token_logprobs(self, conversations: list[list[dict[str, str]]],
                             candidates: list[str], prefill: str = "") -> list[LogprobReading]:
-        """See :class:`pipeline.backends.base.LogprobBackend`."""
-        from pipeline.backends.llamacpp_logprobs import next_token_logprobs
+        """See :class:`arenaforge.pipeline.backends.base.LogprobBackend`."""
+        from arenaforge.pipeline.backends.llamacpp_logprobs import next_token_logprobs
 
         prompts = [self.apply_chat_template(c, add_generation_prompt=True) + prefill
                    for c in conversations]

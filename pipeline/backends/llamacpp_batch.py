@@ -13,7 +13,7 @@ module drives llama.cpp's low-level API on a second context over the same loaded
   stream (``llama_memory_seq_cp``) and trims it, instead of decoding the prefix again;
 * one sampler chain per request, built like ``Llama._init_sampler`` builds it, so a seeded
   request samples the same tokens as on the sequential path;
-* :class:`~pipeline.backends.completion_text.CompletionText` replays ``Llama._create_completion``'s stop / multibyte / length
+* :class:`~arenaforge.pipeline.backends.completion_text.CompletionText` replays ``Llama._create_completion``'s stop / multibyte / length
   rules, so the text and ``finish_reason`` match the sequential path.
 """
 
@@ -26,11 +26,11 @@ import random
 from collections import deque
 from typing import TYPE_CHECKING
 
-from pipeline.backends.base import Completion, SamplingParams
-from pipeline.backends.completion_text import CompletionText
+from arenaforge.pipeline.backends.base import Completion, SamplingParams
+from arenaforge.pipeline.backends.completion_text import CompletionText
 
 if TYPE_CHECKING:
-    from pipeline.backends.llamacpp import LlamaCppBackend
+    from arenaforge.pipeline.backends.llamacpp import LlamaCppBackend
 
 log = logging.getLogger(__name__)
 

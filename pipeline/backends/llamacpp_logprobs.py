@@ -13,7 +13,7 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from pipeline.backends.base import LogprobReading
+from arenaforge.pipeline.backends.base import LogprobReading
 
 log = logging.getLogger(__name__)
 

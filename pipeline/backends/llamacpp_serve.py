@@ -1,8 +1,8 @@
 """Serve a GGUF over HTTP: llama-cpp-python's OpenAI-compatible server, or llama.cpp's own.
 
-``python -m pipeline.backends.llamacpp_serve`` takes the arguments of
+``python -m arenaforge.pipeline.backends.llamacpp_serve`` takes the arguments of
 ``python -m llama_cpp.server``; the difference is that the model loads with the same
-extra-buffer rule as :class:`pipeline.backends.llamacpp.LlamaCppBackend` (off on a llama.cpp
+extra-buffer rule as :class:`arenaforge.pipeline.backends.llamacpp.LlamaCppBackend` (off on a llama.cpp
 build with AMX kernels, which crash on some hosts). Needs the server dependencies (``fastapi``,
 ``uvicorn``, ``sse-starlette``, ``starlette-context``, ``pydantic-settings``). It answers one
 request at a time; llama.cpp's ``llama-server`` (a C++ binary, not shipped by any package here)
@@ -13,7 +13,7 @@ and ``scripts/bench_backends.py --server`` use it).
 
 Example::
 
-    python -m pipeline.backends.llamacpp_serve --model model.gguf --host 127.0.0.1 --port 8081
+    python -m arenaforge.pipeline.backends.llamacpp_serve --model model.gguf --host 127.0.0.1 --port 8081
 """
 
 from __future__ import annotations
@@ -45,7 +45,7 @@ def llama_server_binary() -> str | None:
 def python_server_command(gguf: Path, port: int, alias: str = "smol", n_ctx: int = 1024,
                           threads: int = 1) -> list[str]:
     """llama-cpp-python's server (``logits_all`` is on by default: it can give logprobs)."""
-    return [sys.executable, "-m", "pipeline.backends.llamacpp_serve", "--model", str(gguf),
+    return [sys.executable, "-m", "arenaforge.pipeline.backends.llamacpp_serve", "--model", str(gguf),
             "--model_alias", alias, "--host", "127.0.0.1", "--port", str(port),
             "--n_threads", str(threads), "--n_ctx", str(n_ctx), "--seed", "0",
             "--verbose", "false"]
@@ -113,9 +113,8 @@ class Served:
 
 def main() -> None:
     """Run ``llama_cpp.server`` (reads ``sys.argv``)."""
+    from arenaforge.pipeline.backends.llamacpp import build_has_amx, model_params_override
     from llama_cpp.server.__main__ import main as server_main
-
-    from pipeline.backends.llamacpp import build_has_amx, model_params_override
 
     with model_params_override(use_extra_bufts=not build_has_amx()):
         server_main()

@@ -1,7 +1,7 @@
 """Any OpenAI-compatible server: ``vllm serve``, llama.cpp's server, SGLang, llama-cpp-python.
 
 Requests go out concurrently: up to ``max_concurrency`` in flight on each server of the model
-(``base_url`` and its ``replicas``, see :mod:`pipeline.backends.server_pool`), enough to keep
+(``base_url`` and its ``replicas``, see :mod:`arenaforge.pipeline.backends.server_pool`), enough to keep
 a continuous-batching server's slots full. Every call of every thread shares those slots.
 
 Failures: 429 and 500 answers are retried ``max_retries`` times with exponential backoff
@@ -27,7 +27,7 @@ llama-cpp-python's server takes a one-element list only, so the default is one p
 request.
 
 Raw prompts (Magpie mining, the logprob protocols) are rendered on the client with the model's
-chat template, read from the files the registry names (:mod:`pipeline.backends.template_source`).
+chat template, read from the files the registry names (:mod:`arenaforge.pipeline.backends.template_source`).
 """
 
 from __future__ import annotations
@@ -40,21 +40,21 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
-from pipeline.backends.base import (
+from arenaforge.pipeline.backends.base import (
     BackendError,
     Completion,
     Conversation,
     LogprobReading,
     SamplingParams,
 )
-from pipeline.backends.chat_template import ChatTemplateError, render_chat_template
-from pipeline.backends.openai_logprobs import (
+from arenaforge.pipeline.backends.chat_template import ChatTemplateError, render_chat_template
+from arenaforge.pipeline.backends.openai_logprobs import (
     logprob_body,
     reading_from_top,
     single_tokens_from_counts,
     top_logprobs,
 )
-from pipeline.backends.server_pool import ServerPool
+from arenaforge.pipeline.backends.server_pool import ServerPool
 
 log = logging.getLogger(__name__)
 RETRY_STATUS = frozenset({429, 500})
@@ -211,8 +211,8 @@ class OpenAIServerBackend:
 
     def next_token_logprobs(self, conversations: list[Conversation], candidates: Sequence[str],
                             prefill: str = "") -> list[LogprobReading]:
-        """See :class:`pipeline.backends.base.LogprobBackend`: one greedy token per prompt
-        with ``logprobs`` (:mod:`pipeline.backends.openai_logprobs`); single-token candidates
+        """See :class:`arenaforge.pipeline.backends.base.LogprobBackend`: one greedy token per prompt
+        with ``logprobs`` (:mod:`arenaforge.pipeline.backends.openai_logprobs`); single-token candidates
         outside the server's top ``logprobs_top_k`` read ``-inf``."""
         candidates = list(candidates)
         singles = self._single_tokens(candidates)

@@ -3,8 +3,8 @@ transformers): chat renders the conversation with the model's template, then com
 
 from __future__ import annotations
 
-from pipeline.backends.base import Completion, Conversation, SamplingParams, merged_stop
-from pipeline.backends.chat_template import (
+from arenaforge.pipeline.backends.base import Completion, Conversation, SamplingParams, merged_stop
+from arenaforge.pipeline.backends.chat_template import (
     ChatTemplateError,
     chat_by_rendering,
     render_chat_template,

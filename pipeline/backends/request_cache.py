@@ -19,8 +19,8 @@ import sqlite3
 import threading
 from pathlib import Path
 
-from pipeline import filesystem as fsys
-from pipeline.backends.base import (
+from arenaforge.pipeline import filesystem as fsys
+from arenaforge.pipeline.backends.base import (
     Backend,
     BackendError,
     Completion,
@@ -50,7 +50,7 @@ class FileStore:
 
     The ``get``/``set`` subset of ``diskcache.Cache`` that the cache uses. Written by hand:
     diskcache and sqlitedict are SQLite underneath, and a shared mount is where that breaks.
-    ``root``: a local path or a ``pyarrow.fs`` URI (``pipeline.filesystem``).
+    ``root``: a local path or a ``pyarrow.fs`` URI (``arenaforge.pipeline.filesystem``).
     """
 
     def __init__(self, root: str | Path) -> None:

@@ -14,7 +14,7 @@ import dataclasses
 import json
 from pathlib import Path
 
-from pipeline.backends.chat_template import template_from_hf_dir
+from arenaforge.pipeline.backends.chat_template import template_from_hf_dir
 
 
 @dataclasses.dataclass(frozen=True)

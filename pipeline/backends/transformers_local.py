@@ -11,9 +11,9 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from pipeline.backends.base import Completion, SamplingParams, truncate_at_stop
-from pipeline.backends.chat_template import template_from_hf_dir
-from pipeline.backends.rendered_chat import RenderedChat, add_bos
+from arenaforge.pipeline.backends.base import Completion, SamplingParams, truncate_at_stop
+from arenaforge.pipeline.backends.chat_template import template_from_hf_dir
+from arenaforge.pipeline.backends.rendered_chat import RenderedChat, add_bos
 
 
 def generate_kwargs(params: SamplingParams) -> dict[str, Any]:

@@ -11,15 +11,15 @@ import math
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from pipeline.backends.base import (
+from arenaforge.pipeline.backends.base import (
     BackendError,
     Completion,
     Conversation,
     LogprobReading,
     SamplingParams,
 )
-from pipeline.backends.chat_template import ChatTemplateError
-from pipeline.backends.rendered_chat import RenderedChat, add_bos
+from arenaforge.pipeline.backends.chat_template import ChatTemplateError
+from arenaforge.pipeline.backends.rendered_chat import RenderedChat, add_bos
 
 
 def vllm_sampling_kwargs(params: SamplingParams, seed: int | None,
@@ -134,7 +134,7 @@ class VllmBackend(RenderedChat):
 
     def next_token_logprobs(self, conversations: list[Conversation], candidates: Sequence[str],
                             prefill: str = "") -> list[LogprobReading]:
-        """See :class:`pipeline.backends.base.LogprobBackend` (top ``logprobs_top_k`` tokens;
+        """See :class:`arenaforge.pipeline.backends.base.LogprobBackend` (top ``logprobs_top_k`` tokens;
         a single-token candidate outside them reads ``-inf``)."""
         token_of: dict[str, int] = {}
         for text in candidates:

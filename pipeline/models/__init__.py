@@ -6,8 +6,8 @@ Example::
     path = resolve_weights(registry["qwen2.5-coder-0.5b"])   # assembles once, then cached
 """
 
-from pipeline.models.registry import ModelSpec, load_registry, stage_models
-from pipeline.models.weights import (
+from arenaforge.pipeline.models.registry import ModelSpec, load_registry, stage_models
+from arenaforge.pipeline.models.weights import (
     ModelNotInstalledError,
     WeightsCorruptError,
     cache_root,

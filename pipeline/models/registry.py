@@ -20,7 +20,7 @@ _LOCAL_BACKENDS = ("llamacpp", "vllm", "transformers", "sentence_transformers")
 
 
 class EngineResources(BaseModel):
-    """What one model's engine needs on a Ray cluster (``pipeline.engines`` places it).
+    """What one model's engine needs on a Ray cluster (``arenaforge.pipeline.engines`` places it).
 
     Attributes:
         num_gpus: GPUs of one replica when ``tensor_parallel_size`` is 1 (fractions share a

@@ -25,7 +25,7 @@ import tempfile
 from fnmatch import fnmatch
 from pathlib import Path
 
-from pipeline.models.registry import ModelSpec, natural_key
+from arenaforge.pipeline.models.registry import ModelSpec, natural_key
 
 _CHUNK = 4 << 20
 

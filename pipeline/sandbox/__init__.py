@@ -74,10 +74,10 @@ from __future__ import annotations
 import atexit
 import threading
 
-from pipeline.sandbox.checks import self_check
-from pipeline.sandbox.config import SandboxConfig
-from pipeline.sandbox.pool import SandboxPool, SandboxUnavailable
-from pipeline.sandbox.result import (
+from arenaforge.pipeline.sandbox.checks import self_check
+from arenaforge.pipeline.sandbox.config import SandboxConfig
+from arenaforge.pipeline.sandbox.pool import SandboxPool, SandboxUnavailable
+from arenaforge.pipeline.sandbox.result import (
     ERROR,
     FAILED,
     MEMORY,

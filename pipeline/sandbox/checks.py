@@ -7,7 +7,7 @@ import os
 import shutil
 import sys
 
-from pipeline.sandbox import seccomp_filter
+from arenaforge.pipeline.sandbox import seccomp_filter
 
 
 def _static_problems() -> list[str]:
@@ -40,10 +40,10 @@ def _static_problems() -> list[str]:
 
 def _probe(cfg) -> list[str]:
     """Run one real job through a per-exec sandbox: the only test that proves the layers work."""
-    from pipeline.sandbox import launcher
-    from pipeline.sandbox.prepare import prepare_tests
-    from pipeline.sandbox.result import MODE_PER_EXEC, Job
-    from pipeline.sandbox.worker import SandboxStartError, SandboxWorker
+    from arenaforge.pipeline.sandbox import launcher
+    from arenaforge.pipeline.sandbox.prepare import prepare_tests
+    from arenaforge.pipeline.sandbox.result import MODE_PER_EXEC, Job
+    from arenaforge.pipeline.sandbox.worker import SandboxStartError, SandboxWorker
 
     launcher.compile_harness()
     slot = launcher.acquire_slots(1, cfg.uid_base)[0]
@@ -71,7 +71,7 @@ def self_check(cfg=None) -> list[str]:
     Checks bubblewrap, seccomp, and (by running one probe job in a real sandbox) user/pid/mount
     namespaces and that the job runs as a non-root uid. Each problem names what is missing and how to install it.
     """
-    from pipeline.sandbox.config import SandboxConfig
+    from arenaforge.pipeline.sandbox.config import SandboxConfig
 
     problems = _static_problems()
     if problems:

@@ -12,10 +12,10 @@ import threading
 from collections.abc import Sequence
 from typing import Self
 
-from pipeline.sandbox import cgroups, checks, launcher, seccomp_filter
-from pipeline.sandbox.config import SandboxConfig, pool_size
-from pipeline.sandbox.prepare import prepare_tests
-from pipeline.sandbox.result import (
+from arenaforge.pipeline.sandbox import cgroups, checks, launcher, seccomp_filter
+from arenaforge.pipeline.sandbox.config import SandboxConfig, pool_size
+from arenaforge.pipeline.sandbox.prepare import prepare_tests
+from arenaforge.pipeline.sandbox.result import (
     ERR_SANDBOX,
     ERR_SYNTAX,
     ERROR,
@@ -25,7 +25,7 @@ from pipeline.sandbox.result import (
     Job,
     SuiteJob,
 )
-from pipeline.sandbox.worker import SandboxWorker
+from arenaforge.pipeline.sandbox.worker import SandboxWorker
 
 log = logging.getLogger(__name__)
 _STOP = object()

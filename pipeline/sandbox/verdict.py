@@ -10,7 +10,7 @@ from __future__ import annotations
 import signal
 from typing import Any
 
-from pipeline.sandbox.result import (
+from arenaforge.pipeline.sandbox.result import (
     ERR_ASSERTION,
     ERR_EXIT,
     ERR_MEMORY,

@@ -19,12 +19,12 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from pipeline.sandbox import launcher
-from pipeline.sandbox.cgroups import SlotCgroup
-from pipeline.sandbox.config import SandboxConfig
-from pipeline.sandbox.inside.wire import decode_verdict
-from pipeline.sandbox.prepare import PreparedTests
-from pipeline.sandbox.result import (
+from arenaforge.pipeline.sandbox import launcher
+from arenaforge.pipeline.sandbox.cgroups import SlotCgroup
+from arenaforge.pipeline.sandbox.config import SandboxConfig
+from arenaforge.pipeline.sandbox.inside.wire import decode_verdict
+from arenaforge.pipeline.sandbox.prepare import PreparedTests
+from arenaforge.pipeline.sandbox.result import (
     MODE_DEGRADED,
     MODE_PER_EXEC,
     TIMEOUT,
@@ -32,7 +32,7 @@ from pipeline.sandbox.result import (
     Job,
     SuiteJob,
 )
-from pipeline.sandbox.verdict import sandbox_error, suite_results, to_result
+from arenaforge.pipeline.sandbox.verdict import sandbox_error, suite_results, to_result
 
 _GRACE_S = 3.0  # beyond the job's own deadline, before the supervisor declares the sandbox hung
 _SERVER_MEMORY_MB = 96  # the harness server and its preloaded modules share the slot's cgroup

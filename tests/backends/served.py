@@ -1,6 +1,6 @@
 """Real OpenAI-compatible llama.cpp servers on 127.0.0.1 for the backend tests.
 
-The launchers live in :mod:`pipeline.backends.llamacpp_serve` (the benchmark uses them too).
+The launchers live in :mod:`arenaforge.pipeline.backends.llamacpp_serve` (the benchmark uses them too).
 """
 
 from __future__ import annotations
@@ -8,7 +8,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from pipeline.backends.llamacpp_serve import (  # noqa: F401 - re-exported for the tests
+from arenaforge.pipeline.backends.llamacpp_serve import (  # noqa: F401 - re-exported for the tests
     ROOT,
     Served,
     free_port,

@@ -6,8 +6,12 @@ import sys
 from pathlib import Path
 
 import pytest
-
-from pipeline.backends.base import Completion, SamplingParams, merged_stop, truncate_at_stop
+from arenaforge.pipeline.backends.base import (
+    Completion,
+    SamplingParams,
+    merged_stop,
+    truncate_at_stop,
+)
 
 
 def test_sampling_params_defaults_match_the_contract():
@@ -78,7 +82,7 @@ def test_openmp_wait_policy_defaults_to_passive_before_llama_cpp_loads(preset, e
     env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
     if preset:
         env["OMP_WAIT_POLICY"] = preset
-    code = ("import os; from pipeline.backends import prefer_passive_openmp; "
+    code = ("import os; from arenaforge.pipeline.backends import prefer_passive_openmp; "
             "prefer_passive_openmp(); print(os.environ['OMP_WAIT_POLICY'])")
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                          check=True, cwd=Path(__file__).parents[2])

@@ -5,10 +5,9 @@ from __future__ import annotations
 import inspect
 
 import pytest
-
-from pipeline.backends import capabilities as caps_mod
-from pipeline.backends.capabilities import CAPABILITIES, Capabilities, capabilities_of
-from pipeline.models.registry import ModelSpec
+from arenaforge.pipeline.backends import capabilities as caps_mod
+from arenaforge.pipeline.backends.capabilities import CAPABILITIES, Capabilities, capabilities_of
+from arenaforge.pipeline.models.registry import ModelSpec
 
 
 def spec(backend: str, **fields) -> ModelSpec:
@@ -19,15 +18,15 @@ def spec(backend: str, **fields) -> ModelSpec:
 
 def _backend_class(backend: str):
     if backend == "llamacpp":
-        from pipeline.backends.llamacpp import LlamaCppBackend
+        from arenaforge.pipeline.backends.llamacpp import LlamaCppBackend
         return LlamaCppBackend
     if backend == "openai":
-        from pipeline.backends.openai_server import OpenAIServerBackend
+        from arenaforge.pipeline.backends.openai_server import OpenAIServerBackend
         return OpenAIServerBackend
     if backend == "vllm":
-        from pipeline.backends.vllm_offline import VllmBackend
+        from arenaforge.pipeline.backends.vllm_offline import VllmBackend
         return VllmBackend
-    from pipeline.backends.transformers_local import TransformersBackend
+    from arenaforge.pipeline.backends.transformers_local import TransformersBackend
     return TransformersBackend
 
 
@@ -43,8 +42,8 @@ def test_declared_capabilities_match_the_backend_class(backend):
 
 
 def test_batch_defaults_are_the_backend_constructors_defaults():
-    from pipeline.backends.llamacpp import LlamaCppBackend
-    from pipeline.backends.openai_server import OpenAIServerBackend
+    from arenaforge.pipeline.backends.llamacpp import LlamaCppBackend
+    from arenaforge.pipeline.backends.openai_server import OpenAIServerBackend
 
     def default(cls, name):
         return inspect.signature(cls.__init__).parameters[name].default

@@ -3,9 +3,8 @@
 import json
 
 import pytest
-
-from pipeline.backends.base import Completion
-from pipeline.backends.chat_template import (
+from arenaforge.pipeline.backends.base import Completion
+from arenaforge.pipeline.backends.chat_template import (
     ChatTemplateError,
     chat_by_rendering,
     render_chat_template,
@@ -32,7 +31,7 @@ MESSAGES = [{"role": "system", "content": "You write Python."},
 def hf_tokenizer():
     """A real HF tokenizer (the MiniLM one shipped in a package) used as the reference."""
     transformers = pytest.importorskip("transformers")
-    from pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
+    from arenaforge.pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
 
     spec = load_registry("configs/models.yaml")["minilm-l6"]
     try:

@@ -3,10 +3,9 @@
 from pathlib import Path
 
 import pytest
-
-from pipeline.backends import ChatTemplateError, SamplingParams, create_backend
-from pipeline.backends.llamacpp import llama_sampling_kwargs, parse_llama_output
-from pipeline.models import ModelNotInstalledError, load_registry
+from arenaforge.pipeline.backends import ChatTemplateError, SamplingParams, create_backend
+from arenaforge.pipeline.backends.llamacpp import llama_sampling_kwargs, parse_llama_output
+from arenaforge.pipeline.models import ModelNotInstalledError, load_registry
 
 ROOT = Path(__file__).resolve().parents[2]
 CHAT_MODELS = ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b", "smollm2-135m"]

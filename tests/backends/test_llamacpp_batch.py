@@ -5,10 +5,9 @@ import random
 from pathlib import Path
 
 import pytest
-
-from pipeline.backends import SamplingParams
-from pipeline.backends.completion_text import CompletionText
-from pipeline.backends.llamacpp_batch import common_prefix_len, sequential_seeds
+from arenaforge.pipeline.backends import SamplingParams
+from arenaforge.pipeline.backends.completion_text import CompletionText
+from arenaforge.pipeline.backends.llamacpp_batch import common_prefix_len, sequential_seeds
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -78,8 +77,8 @@ _LOADED: dict = {}
 
 def load(model_id: str):
     """One backend per model (small context to keep the KV cache of 4 streams small)."""
-    from pipeline.backends.llamacpp import LlamaCppBackend
-    from pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
+    from arenaforge.pipeline.backends.llamacpp import LlamaCppBackend
+    from arenaforge.pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
 
     if model_id not in _LOADED:
         spec = load_registry(ROOT / "configs/models.yaml")[model_id]
@@ -220,7 +219,7 @@ def test_stop_and_max_tokens_per_sequence_and_a_failing_prompt_does_not_kill_the
 
 @pytest.mark.models
 def test_partial_prefix_reuse_shares_the_system_prompt():
-    from pipeline.backends.llamacpp_batch import BatchedDecoder, BatchRequest
+    from arenaforge.pipeline.backends.llamacpp_batch import BatchedDecoder, BatchRequest
 
     backend = load("smollm2-135m")
     decoder = BatchedDecoder(backend.llm, 4, prefix_reuse=True)

@@ -11,9 +11,12 @@ from concurrent.futures import ThreadPoolExecutor
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
-
-from pipeline.backends.base import BackendError, SamplingParams
-from pipeline.backends.openai_server import OpenAIServerBackend, parse_response, request_body
+from arenaforge.pipeline.backends.base import BackendError, SamplingParams
+from arenaforge.pipeline.backends.openai_server import (
+    OpenAIServerBackend,
+    parse_response,
+    request_body,
+)
 
 
 class Script:

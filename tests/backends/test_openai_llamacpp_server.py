@@ -8,9 +8,19 @@ backend's, Magpie mining with the template read from the registry entry's GGUF, 
 import math
 
 import pytest
+from arenaforge.pipeline.backends import (
+    BackendError,
+    ChatTemplateError,
+    SamplingParams,
+    create_backend,
+)
+from arenaforge.pipeline.models import (
+    ModelNotInstalledError,
+    ModelSpec,
+    load_registry,
+    resolve_weights,
+)
 
-from pipeline.backends import BackendError, ChatTemplateError, SamplingParams, create_backend
-from pipeline.models import ModelNotInstalledError, ModelSpec, load_registry, resolve_weights
 from tests.backends.served import (
     ROOT,
     Served,
@@ -94,9 +104,9 @@ def test_template_comes_from_the_registry_when_the_server_has_none(served):
 
 def _compare_with_embedded(url: str, gguf, tmp_path, tolerance: float = LOGPROB_TOLERANCE) -> float:
     """Readings of the served model equal the embedded one's; returns the largest difference."""
-    from pipeline.backends.base import LogprobBackend
-    from stages.difficulty import DIGIT_SPELLINGS, YES_NO_SPELLINGS
-    from stages.judge_protocols import LETTER_SPELLINGS
+    from arenaforge.pipeline.backends.base import LogprobBackend
+    from arenaforge.stages.arena.protocols import LETTER_SPELLINGS
+    from arenaforge.stages.instructions.difficulty import DIGIT_SPELLINGS, YES_NO_SPELLINGS
 
     embedded = create_backend(load_registry(ROOT / "configs/models.yaml")["smollm2-135m"],
                               n_threads=1)
@@ -155,11 +165,10 @@ def test_llama_server_logprobs_equal_the_embedded_backend(gguf, tmp_path):
 
 def test_mining_uses_the_template_from_the_registry_entry(served, gguf, tmp_path):
     import httpx
-
-    from pipeline.config import load_config
-    from pipeline.context import RunContext, close_process_resources
-    from stages import mine
-    from stages.pre_query import build_pre_query
+    from arenaforge.pipeline.config import load_config
+    from arenaforge.pipeline.context import RunContext, close_process_resources
+    from arenaforge.stages.instructions import mine
+    from arenaforge.stages.instructions.pre_query import build_pre_query
 
     _, url = served
     assert httpx.get(url.removesuffix("/v1") + "/props").status_code == 404  # nothing to ask

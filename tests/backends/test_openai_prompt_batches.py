@@ -12,8 +12,7 @@ from pathlib import Path
 
 import httpx
 import pytest
-
-from pipeline.backends.openai_server import OpenAIServerBackend
+from arenaforge.pipeline.backends.openai_server import OpenAIServerBackend
 
 ROOT = Path(__file__).resolve().parents[2]
 

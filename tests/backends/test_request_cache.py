@@ -4,9 +4,8 @@
 import multiprocessing
 
 import pytest
-
-from pipeline.backends.base import Completion, SamplingParams
-from pipeline.backends.request_cache import CachedBackend, request_key
+from arenaforge.pipeline.backends.base import Completion, SamplingParams
+from arenaforge.pipeline.backends.request_cache import CachedBackend, request_key
 
 
 class CountingBackend:
@@ -170,9 +169,8 @@ def test_logprob_readings_are_cached_per_conversation_and_candidates(tmp_path):
 
 def test_a_backend_without_readings_says_so(tmp_path):
     import pytest
-
-    from pipeline.backends.base import LogprobUnsupportedError
-    from stages.judge_logits import next_token_logprobs
+    from arenaforge.pipeline.backends.base import LogprobUnsupportedError
+    from arenaforge.stages.arena.judge_logits import next_token_logprobs
 
     cached = CachedBackend(CountingBackend(), tmp_path, "sha")
     with pytest.raises(LogprobUnsupportedError, match="'echo'"):
@@ -182,7 +180,7 @@ def test_a_backend_without_readings_says_so(tmp_path):
 
 
 def _fill_files(cache_dir, prompts):
-    from pipeline.backends.request_cache import CachedBackend
+    from arenaforge.pipeline.backends.request_cache import CachedBackend
 
     cached = CachedBackend(CountingBackend(), cache_dir, "w", store="files")
     cached.complete(prompts, SamplingParams())
@@ -194,8 +192,7 @@ def test_file_store_lets_processes_write_one_shared_cache_at_once(where, tmp_pat
     writers, one file per request, overlapping requests written twice are still one whole
     entry, and no temp file is left."""
     import pyarrow.fs as pafs
-
-    from pipeline import filesystem
+    from arenaforge.pipeline import filesystem
 
     root = tmp_path if where == "local" else request.getfixturevalue("s3_server").uri("cache")
     ctx = multiprocessing.get_context("spawn")

@@ -12,8 +12,8 @@ import subprocess
 import sys
 
 import pytest
+from arenaforge.pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
 
-from pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
 from tests.backends.served import ROOT, Served, free_port, python_server_command
 
 pytestmark = [pytest.mark.models, pytest.mark.slow]  # a whole real run: minutes
@@ -53,7 +53,7 @@ def test_smoke_run_through_servers_with_logprob_protocols(servers, tmp_path):
     models = tmp_path / "models-served.yaml"
     models.write_text(json.dumps({"models": entries}))  # JSON is YAML
     runs = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "pipeline.cli", "run", "configs/smoke.yaml", "--quiet",
+    cmd = [sys.executable, "-m", "arenaforge.pipeline.cli", "run", "configs/smoke.yaml", "--quiet",
            "--set", f"artifacts_dir={runs}", "--set", f"models_file={models}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=3600,
                           check=False)
@@ -62,7 +62,7 @@ def test_smoke_run_through_servers_with_logprob_protocols(servers, tmp_path):
     stats = json.loads((run_dir / "stats.json").read_text())
     assert stats["mine"]["rows_out"] > 0
     assert stats["emit"]["rows_out"] > 0, stats
-    from pipeline.store import RunStore
+    from arenaforge.pipeline.store import RunStore
 
     store = RunStore(run_dir)
     votes = [v for r in store.stage("difficulty").read().to_pylist()

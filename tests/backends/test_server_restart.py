@@ -11,11 +11,11 @@ import threading
 import time
 
 import pytest
+from arenaforge.pipeline.config import load_config
+from arenaforge.pipeline.context import RunContext, close_process_resources
+from arenaforge.pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
+from arenaforge.stages.instructions import mine
 
-from pipeline.config import load_config
-from pipeline.context import RunContext, close_process_resources
-from pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
-from stages import mine
 from tests.backends.served import ROOT, Served, free_port, python_server_command, served_run_config
 
 pytestmark = pytest.mark.models  # two server starts and 24 short requests: ~15 s on 2 busy cores

@@ -3,10 +3,14 @@
 import json
 
 import pytest
-
-from pipeline.backends import create_backend
-from pipeline.backends.template_source import load_template, read_gguf_tokenizer_fields
-from pipeline.models import ModelNotInstalledError, ModelSpec, load_registry, resolve_weights
+from arenaforge.pipeline.backends import create_backend
+from arenaforge.pipeline.backends.template_source import load_template, read_gguf_tokenizer_fields
+from arenaforge.pipeline.models import (
+    ModelNotInstalledError,
+    ModelSpec,
+    load_registry,
+    resolve_weights,
+)
 
 
 @pytest.fixture(scope="module")

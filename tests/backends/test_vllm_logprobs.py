@@ -14,10 +14,12 @@ from types import SimpleNamespace
 
 import numpy as np
 import pytest
-
-from pipeline.backends import create_backend
-from pipeline.backends.vllm_offline import logprob_sampling_kwargs, reading_from_request_output
-from pipeline.models import ModelSpec
+from arenaforge.pipeline.backends import create_backend
+from arenaforge.pipeline.backends.vllm_offline import (
+    logprob_sampling_kwargs,
+    reading_from_request_output,
+)
+from arenaforge.pipeline.models import ModelSpec
 
 
 def Logprob(logprob, rank=None, decoded_token=None):  # mirrors vllm.logprobs.Logprob

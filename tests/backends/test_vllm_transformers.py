@@ -5,11 +5,10 @@ import sys
 from types import SimpleNamespace
 
 import pytest
-
-from pipeline.backends import BackendError, SamplingParams, create_backend
-from pipeline.backends.transformers_local import generate_kwargs, parse_generation
-from pipeline.backends.vllm_offline import parse_request_output, vllm_sampling_kwargs
-from pipeline.models import ModelSpec
+from arenaforge.pipeline.backends import BackendError, SamplingParams, create_backend
+from arenaforge.pipeline.backends.transformers_local import generate_kwargs, parse_generation
+from arenaforge.pipeline.backends.vllm_offline import parse_request_output, vllm_sampling_kwargs
+from arenaforge.pipeline.models import ModelSpec
 
 
 # -- vLLM -----------------------------------------------------------------------------------------
@@ -103,7 +102,7 @@ def test_parse_generation(text, ids, expected_text, reason):
 @pytest.fixture(scope="module")
 def tiny_hf_dir(tmp_path_factory):
     transformers = pytest.importorskip("transformers")
-    from pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
+    from arenaforge.pipeline.models import ModelNotInstalledError, load_registry, resolve_weights
 
     try:
         tok_dir = resolve_weights(load_registry("configs/models.yaml")["minilm-l6"])

@@ -1,6 +1,6 @@
 """Helpers for the end-to-end tests: run the real CLI, seed run directories, read them back.
 
-The e2e tests drive ``arenaforge run`` (``python -m pipeline.cli run``) in a subprocess, as a
+The e2e tests drive ``arenaforge run`` (``python -m arenaforge.pipeline.cli run``) in a subprocess, as a
 user would, so that SIGKILL, exit codes and messages are the real ones. A test that needs a
 later stage without paying for the stages before it *seeds* the run directory: it opens the run
 with the config's hash and writes the upstream stage's output as a complete stage, exactly as
@@ -29,7 +29,7 @@ QWEN, SMOL = "qwen2.5-coder-0.5b", "smollm2-135m"
 def cli_command(config: Path, artifacts: Path, overrides: list[str] = ()) -> list[str]:
     """The ``arenaforge run`` command line for ``config`` with runs under ``artifacts``."""
     sets = [f"artifacts_dir={artifacts}", *overrides]
-    return [sys.executable, "-m", "pipeline.cli", "run", str(config), "--quiet",
+    return [sys.executable, "-m", "arenaforge.pipeline.cli", "run", str(config), "--quiet",
             *[arg for s in sets for arg in ("--set", s)]]
 
 
@@ -67,7 +67,7 @@ def _env() -> dict[str, str]:
 
 
 def load(config: Path, overrides: list[str] = ()) -> Any:
-    from pipeline.config import load_config
+    from arenaforge.pipeline.config import load_config
 
     return load_config(config, list(overrides))
 
@@ -94,8 +94,8 @@ def write_registry(path: Path, extra: list[dict] = (),
 
 def open_run(cfg: Any) -> Path:
     """Create ``cfg``'s run directory as ``arenaforge run`` would (manifest, config)."""
-    from pipeline.config import dump_config
-    from pipeline.store import RunStore
+    from arenaforge.pipeline.config import dump_config
+    from arenaforge.pipeline.store import RunStore
 
     run_dir = Path(cfg.artifacts_dir) / cfg.name
     RunStore(run_dir).open(cfg.config_hash(), dump_config(cfg))
@@ -104,8 +104,8 @@ def open_run(cfg: Any) -> Path:
 
 def seed_stage(run_dir: Path, stage: str, table: pa.Table) -> None:
     """Write ``table`` as the complete output of ``stage`` (one shard, marker, _SUCCESS)."""
-    from pipeline.shards import DROPPED_SCHEMA
-    from pipeline.store import RunStore
+    from arenaforge.pipeline.shards import DROPPED_SCHEMA
+    from arenaforge.pipeline.store import RunStore
 
     store = RunStore(run_dir).stage(stage)
     store.write_shard(0, table, DROPPED_SCHEMA.empty_table(),
@@ -117,7 +117,7 @@ def seed_stage(run_dir: Path, stage: str, table: pa.Table) -> None:
 
 def instructions_table(texts: list[str | None], language: str = "Python") -> pa.Table:
     """A ``compress``-shaped input for ``answer``: instruction_id, instruction, language."""
-    from pipeline.textnorm import instruction_id
+    from arenaforge.pipeline.textnorm import instruction_id
 
     ids = [instruction_id(t if t is not None else f"<null {i}>") for i, t in enumerate(texts)]
     return pa.table({"instruction_id": ids, "instruction": pa.array(texts, pa.string()),
@@ -126,7 +126,7 @@ def instructions_table(texts: list[str | None], language: str = "Python") -> pa.
 
 def valid_markers(run_dir: Path, stage: str) -> dict[str, float]:
     """``{marker file: written_at}`` of the shards of ``stage`` that are complete and intact."""
-    from pipeline.store import read_json
+    from arenaforge.pipeline.store import read_json
 
     out = {}
     stage_dir = run_dir / "stages" / stage
@@ -140,7 +140,7 @@ def valid_markers(run_dir: Path, stage: str) -> dict[str, float]:
 
 
 def _intact(stage_dir: Path, index: int, marker: dict) -> bool:
-    from pipeline.store import file_sha256
+    from arenaforge.pipeline.store import file_sha256
 
     for name, key in ((f"part-{index:05d}.parquet", "sha256"),
                       (f"part-{index:05d}.dropped.parquet", "dropped_sha256")):
@@ -163,7 +163,7 @@ def cached_requests(run_dir: Path) -> int:
 
 
 def stage_output(run_dir: Path, stage: str, which: str = "kept") -> pa.Table:
-    from pipeline.store import RunStore
+    from arenaforge.pipeline.store import RunStore
 
     return RunStore(run_dir).stage(stage).read(which)
 

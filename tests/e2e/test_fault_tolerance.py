@@ -174,7 +174,7 @@ TESTS = ["assert add(1, 2) == 3", "assert add(-1, 1) == 0", "assert add(2, 2) ==
 
 
 def _seed_verify_inputs(run_dir, n: int = 6) -> None:
-    from stages.testgen import TESTS_SCHEMA
+    from arenaforge.stages.verification.tests import TESTS_SCHEMA
 
     ids = [f"task-{i}" for i in range(n)]
     codes = [(ADD, SUB), (SUB, ADD), (ADD, LOOP), (LOOP, ADD), (ADD, ADD), (SUB, SUB)]

@@ -19,14 +19,14 @@ PROVENANCE = ("repaired", "repair_rounds", "replaced_judge_pick", "judge_pick", 
 @pytest.mark.models
 def test_smoke_config_runs_every_stage_and_emits_a_loadable_dataset(tmp_path):
     runs = tmp_path / "runs"
-    cmd = [sys.executable, "-m", "pipeline.cli", "run", "configs/smoke.yaml", "--quiet",
+    cmd = [sys.executable, "-m", "arenaforge.pipeline.cli", "run", "configs/smoke.yaml", "--quiet",
            "--set", f"artifacts_dir={runs}"]
     proc = subprocess.run(cmd, cwd=ROOT, capture_output=True, text=True, timeout=1800)
     assert proc.returncode == 0, proc.stderr[-4000:]
     run_dir = runs / "smoke"
 
     stats = json.loads((run_dir / "stats.json").read_text())
-    from stages import PIPELINE
+    from arenaforge.stages import PIPELINE
 
     assert set(stats) == set(PIPELINE)
     assert stats["mine"]["rows_out"] > 0

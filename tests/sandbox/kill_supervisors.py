@@ -25,7 +25,7 @@ PR_SET_CHILD_SUBREAPER = 36
 SUPERVISOR = """
 import os, sys
 sys.path.insert(0, {root!r})
-from pipeline.sandbox import Job, SandboxConfig, SandboxPool, launcher
+from arenaforge.pipeline.sandbox import Job, SandboxConfig, SandboxPool, launcher
 launcher.compile_harness()
 jobs = [Job("import time\\ntime.sleep(0.02)", "assert True")] * 4
 os.write(1, b"r")

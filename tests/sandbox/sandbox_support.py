@@ -6,11 +6,10 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-
-from pipeline.sandbox import Job, SandboxConfig, SandboxPool, SuiteJob, self_check
+from arenaforge.pipeline.sandbox import Job, SandboxConfig, SandboxPool, SuiteJob, self_check
 
 ISOLATED_MODES = ("forkserver", "per_exec")
-# The adversarial programs also run as suite jobs (stages.verify.execute's way): see PoolUnderTest.
+# The adversarial programs also run as suite jobs (arenaforge.stages.verification.verify.execute's way): see PoolUnderTest.
 SUITE = "suite"
 UID_BASE = 64100  # away from the default pool's uids, so other sandbox users do not disturb counts
 

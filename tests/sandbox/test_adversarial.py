@@ -13,8 +13,7 @@ import time
 from pathlib import Path
 
 import pytest
-
-from pipeline.sandbox import ERROR, FAILED, MEMORY, OUTPUT_LIMIT, PASSED, TIMEOUT
+from arenaforge.pipeline.sandbox import ERROR, FAILED, MEMORY, OUTPUT_LIMIT, PASSED, TIMEOUT
 
 GOOD = ("def add(a, b):\n    return a + b\n", "assert add(1, 2) == 3\nassert add(0, 0) == 0\n")
 

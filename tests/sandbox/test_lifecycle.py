@@ -13,9 +13,8 @@ import time
 from pathlib import Path
 
 import pytest
+from arenaforge.pipeline.sandbox import PASSED, Job, SandboxConfig, SandboxPool
 from sandbox_support import UID_BASE, processes_of_uids, read_proc, requires_isolation
-
-from pipeline.sandbox import PASSED, Job, SandboxConfig, SandboxPool
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -34,7 +33,7 @@ def test_killing_the_supervisor_leaves_no_sandbox_process(tmp_path):
     script = textwrap.dedent(f"""
         import sys
         sys.path.insert(0, {str(ROOT)!r})
-        from pipeline.sandbox import Job, SandboxConfig, SandboxPool
+        from arenaforge.pipeline.sandbox import Job, SandboxConfig, SandboxPool
         pool = SandboxPool.from_config(SandboxConfig(workers=2, uid_base={uid_base}))
         open({str(started)!r}, "w").write("x")
         daemon = ("import os, signal, time\\nif os.fork() == 0:\\n    os.setsid()\\n"

@@ -6,9 +6,7 @@ import marshal
 
 import pyarrow as pa
 import pytest
-from sandbox_support import UID_BASE, requires_isolation
-
-from pipeline.sandbox import (
+from arenaforge.pipeline.sandbox import (
     ERROR,
     FAILED,
     MEMORY,
@@ -20,9 +18,10 @@ from pipeline.sandbox import (
     SandboxUnavailable,
     run_tests,
 )
-from pipeline.sandbox import (
+from arenaforge.pipeline.sandbox import (
     pool as pool_module,
 )
+from sandbox_support import UID_BASE, requires_isolation
 
 HUMANEVAL_SOLUTION = '''
 from typing import List
@@ -194,8 +193,8 @@ def test_a_pool_refuses_to_be_pickled(any_pool):
 
 @pytest.mark.parametrize("mode", ["forkserver", "per_exec"])
 def test_a_sandbox_that_cannot_start_fails_the_pool_with_its_stderr(monkeypatch, mode):
-    from pipeline.sandbox import launcher
-    from pipeline.sandbox.worker import SandboxStartError
+    from arenaforge.pipeline.sandbox import launcher
+    from arenaforge.pipeline.sandbox.worker import SandboxStartError
 
     monkeypatch.setattr(launcher, "sandbox_command",
                         lambda *a, **k: ["/bin/sh", "-c", "echo bwrap: no permission >&2; exit 3"])
@@ -207,7 +206,7 @@ def test_a_sandbox_that_cannot_start_fails_the_pool_with_its_stderr(monkeypatch,
 def test_where_clone_cannot_be_used_a_helper_process_forks_the_job_alike(monkeypatch):
     """The fallback of ``inside/spawn.py`` (C1 unshares, forks the job and exits) gives the same
     verdicts and the same clean slate between jobs."""
-    from pipeline.sandbox import launcher
+    from arenaforge.pipeline.sandbox import launcher
 
     real = launcher.harness_config
 

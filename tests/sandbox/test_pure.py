@@ -6,10 +6,9 @@ import marshal
 
 import pydantic
 import pytest
-
-from pipeline.sandbox import SandboxConfig, checks
-from pipeline.sandbox.prepare import prepare_tests
-from pipeline.sandbox.verdict import classify
+from arenaforge.pipeline.sandbox import SandboxConfig, checks
+from arenaforge.pipeline.sandbox.prepare import prepare_tests
+from arenaforge.pipeline.sandbox.verdict import classify
 
 
 def _run(tests: str, namespace: dict) -> None:
@@ -97,7 +96,7 @@ def test_self_check_names_what_is_missing_and_how_to_install(monkeypatch):
 
 
 def test_verdict_codec_roundtrip_and_rejects_nothing_silently():
-    from pipeline.sandbox.inside.wire import decode_verdict, encode_verdict
+    from arenaforge.pipeline.sandbox.inside.wire import decode_verdict, encode_verdict
 
     verdict = {"ok": 3, "done": True, "started": False, "duration_s": 0.25, "setup": None,
                "stdout": "tab\there\nnew line \u00e9 \"quoted\"",
@@ -113,7 +112,7 @@ def test_verdict_codec_roundtrip_and_rejects_nothing_silently():
     ({"solution": "", "tests": "assert 1", "memory_mb": 8}, "memory_mb"),
 ])
 def test_bad_jobs_name_the_field(kwargs, field):
-    from pipeline.sandbox import Job
+    from arenaforge.pipeline.sandbox import Job
 
     with pytest.raises((TypeError, ValueError), match=f"Job.{field}"):
         Job(**kwargs)
@@ -124,7 +123,7 @@ def test_auto_pool_size_is_the_cpus_ray_gives_the_worker(ray_local):
     slots as the cores it gives to shards; outside Ray, the process's cores."""
     import os
 
-    from pipeline.sandbox.config import pool_size
+    from arenaforge.pipeline.sandbox.config import pool_size
 
     @ray_local.remote
     def size(workers):

@@ -11,9 +11,7 @@ from __future__ import annotations
 import time
 
 import pytest
-from sandbox_support import UID_BASE, _problems
-
-from pipeline.sandbox import (
+from arenaforge.pipeline.sandbox import (
     ERROR,
     FAILED,
     PASSED,
@@ -23,6 +21,7 @@ from pipeline.sandbox import (
     SandboxPool,
     SuiteJob,
 )
+from sandbox_support import UID_BASE, _problems
 
 ADD = "def add(a, b):\n    return a + b\n"
 CASES = [  # (test, status): each judged on its own, whatever the others did

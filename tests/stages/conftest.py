@@ -8,7 +8,7 @@ def sandbox_pool():
     Skips, naming what is missing, where the machine lacks the isolation layers (bubblewrap,
     seccomp, a non-root uid); everywhere else the tests run on the real sandbox.
     """
-    from pipeline.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
+    from arenaforge.pipeline.sandbox import SandboxConfig, SandboxPool, SandboxUnavailable
 
     try:
         pool = SandboxPool.from_config(SandboxConfig(workers=2))

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pipeline.backends.base import Completion
+from arenaforge.pipeline.backends.base import Completion
 
 
 class ScriptedChat:

@@ -95,7 +95,7 @@ def _is_plain(value, numpy=True):
 
 
 def _af_exact(value):
-    """For test programs that print a value for the host (``stages.augment``): whether it is
+    """For test programs that print a value for the host (``arenaforge.stages.verification.augment``): whether it is
     built only from exact builtin types, numpy excluded (what any assertion of a literal
     accepts)."""
     return _is_plain(value, numpy=False)

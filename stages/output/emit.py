@@ -1,0 +1,387 @@
+"""Stage ``emit``: the verified SFT dataset and its card.
+
+Input (the ``repair`` output: ``verify``'s rows with repaired answers re-verified, one row per
+(instruction, model)): ``instruction_id, instruction, model, response, status, tests_passed,
+selected``; ``judge_score, gate_admitted`` are joined from ``audit``, ``final_score, elo`` from
+``rate`` and ``difficulty`` from ``difficulty`` when the input does not carry them. Which
+selected answers become rows is ``EmitConfig.admit``: by default those that passed execution
+plus those without usable tests that the calibrated judge gate admits.
+
+Output: one row per instruction whose answer was selected: ``instruction_id, messages``
+(``list<struct<role, content>>``: optional system, user, assistant) and the provenance columns
+``source_model, verified, status, tests_passed``, those of ``arenaforge.stages.output.emit_provenance``
+(``repaired, repair_rounds, replaced_judge_pick, judge_pick, selection_rule, miner, template,
+judges, tests_{visible,hidden,augmented}[_passed], probe_gate, program_gate``; ``miner,
+template`` read from ``clean``, ``judges`` from ``judge``), ``judge_score, final_score, elo,
+difficulty, run_id, config_hash``. ``verified`` means passed *and* the program gate passed.
+Side artifacts: ``dataset/{split}-NNNNN-of-NNNNN.parquet`` and the Hugging Face style card
+``dataset/README.md`` (which states what the judge gate's bound covers, from
+``audit/metrics.json``). Rows of answers that were not selected are dropped with reason
+``not_selected``; selected answers with an empty response with ``empty_response``; answers
+not admitted with ``failed_execution``, ``no_entry_point``, ``program_gate_not_passed``,
+``no_tests`` or ``gate_rejected``.
+
+The dataset files load unchanged with ``datasets.load_dataset("parquet", data_files=...)``
+and TRL's ``SFTTrainer`` (the ``messages`` column is TRL's conversational format).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import logging
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.stages.output.card import CardInfo, render_card
+from arenaforge.stages.output.emit_provenance import (
+    CARRIED,
+    JUDGE_COLUMNS,
+    ORIGIN_COLUMNS,
+    PROVENANCE_SCHEMA,
+    fill_from,
+    provenance_columns,
+    provenance_counts,
+    verified_mask,
+    with_judges,
+    with_origin,
+)
+from arenaforge.stages.verification.execution import PASSED
+from pydantic import Field
+
+log = logging.getLogger(__name__)
+
+
+MESSAGE_TYPE = pa.list_(pa.struct([("role", pa.string()), ("content", pa.string())]))
+
+# The emitted schema, in column order. Provenance columns are nullable: a run without a judge
+# or without tests still emits, and null says "not measured" rather than a made-up score.
+SFT_SCHEMA = pa.schema([
+    ("instruction_id", pa.string()),
+    ("messages", MESSAGE_TYPE),
+    ("source_model", pa.string()),
+    ("verified", pa.bool_()),
+    ("status", pa.string()),
+    ("tests_passed", pa.int64()),
+    *PROVENANCE_SCHEMA,
+    ("judge_score", pa.float64()),
+    ("final_score", pa.float64()),
+    ("elo", pa.float64()),
+    ("difficulty", pa.float64()),
+    ("run_id", pa.string()),
+    ("config_hash", pa.string()),
+])
+
+REQUIRED_COLUMNS = ("instruction_id", "instruction", "model", "response", "status")
+OPTIONAL_NUMERIC = ("tests_passed", "judge_score", "final_score", "elo", "difficulty")
+
+
+class EmitConfig(StageConfig):
+    """Config of the ``emit`` stage.
+
+    Attributes:
+        system_prompt: prepended as a ``system`` message when set.
+        holdout_fraction: share of instructions put in the ``test`` split (0 disables it).
+        shard_rows: at most this many rows per Parquet file.
+        dataset_name: the card's title.
+        license: the dataset's own license tag in the card.
+        extra_models: models used by the run beyond the experts and difficulty raters
+            (embedder, judges) to list with their licenses in the card.
+        admit: which selected answers become rows: ``verified`` (passed execution),
+            ``verified_or_gated`` (also answers without usable tests that the audit's
+            calibrated judge gate admits; the default), ``selected`` (every selected answer,
+            as the paper did; used by the ablation's ``judge`` rule).
+    """
+
+    system_prompt: str | None = None
+    holdout_fraction: float = Field(default=0.0, ge=0.0, lt=1.0)
+    shard_rows: int = Field(default=100_000, gt=0)
+    dataset_name: str = "arenaforge-sft"
+    license: str = "other"
+    extra_models: tuple[str, ...] = ()
+    admit: Literal["verified", "verified_or_gated", "selected"] = "verified_or_gated"
+
+
+def build_sft_rows(selected: pa.Table, *, system_prompt: str | None, run_id: str,
+                   config_hash: str) -> pa.Table:
+    """Turn the selected answers into SFT rows with a ``messages`` column.
+
+    Args:
+        selected: one row per instruction with at least ``instruction_id, instruction, model,
+            response, status``; ``tests_passed``, the provenance columns (``PROVENANCE_SCHEMA``)
+            and ``judge_score, final_score, elo, difficulty`` are copied when present and null
+            otherwise. ``verified``: status passed and ``program_gate`` pass.
+        system_prompt: the optional system message.
+        run_id: the run's name, copied into every row.
+        config_hash: the run config's fingerprint, copied into every row.
+
+    Returns:
+        A table with schema ``SFT_SCHEMA``.
+
+    Raises:
+        ValueError: a required column is missing or a row has an empty instruction/response.
+
+    Example::
+
+        >>> t = pa.table({"instruction_id": ["ab"], "instruction": ["Add 1"], "model": ["m"],
+        ...               "response": ["x + 1"], "status": ["passed"]})
+        >>> build_sft_rows(t, system_prompt=None, run_id="r", config_hash="h").column(
+        ...     "messages").to_pylist()
+        [[{'role': 'user', 'content': 'Add 1'}, {'role': 'assistant', 'content': 'x + 1'}]]
+    """
+    missing = [c for c in REQUIRED_COLUMNS if c not in selected.column_names]
+    if missing:
+        raise ValueError(f"emit: input lacks required column(s) {missing}; "
+                         f"has {selected.column_names}")
+    instructions = selected.column("instruction").to_pylist()
+    responses = selected.column("response").to_pylist()
+    ids = selected.column("instruction_id").to_pylist()
+    messages = []
+    for row, (iid, user, answer) in enumerate(zip(ids, instructions, responses, strict=True)):
+        for field, text in (("instruction", user), ("response", answer)):
+            if text is None or not text.strip():
+                raise ValueError(f"emit: row {row} (instruction_id={iid}) has an empty {field}")
+        turns = [{"role": "system", "content": system_prompt}] if system_prompt else []
+        turns += [{"role": "user", "content": user}, {"role": "assistant", "content": answer}]
+        messages.append(turns)
+
+    n = selected.num_rows
+    status = selected.column("status").cast(pa.string())
+    columns: dict[str, pa.Array | pa.ChunkedArray] = {
+        "instruction_id": selected.column("instruction_id").cast(pa.string()),
+        "messages": pa.array(messages, type=MESSAGE_TYPE),
+        "source_model": selected.column("model").cast(pa.string()),
+        "verified": verified_mask(selected),
+        "status": status,
+        **provenance_columns(selected),
+    }
+    for name in OPTIONAL_NUMERIC:
+        typ = SFT_SCHEMA.field(name).type
+        columns[name] = (selected.column(name).cast(typ) if name in selected.column_names
+                         else pa.nulls(n, typ))
+    columns["run_id"] = pa.array([run_id] * n, pa.string())
+    columns["config_hash"] = pa.array([config_hash] * n, pa.string())
+    return pa.table(columns, schema=SFT_SCHEMA)
+
+
+def holdout_mask(instruction_ids: list[str], fraction: float, seed: int) -> list[bool]:
+    """Which rows go to the held-out split.
+
+    Decided per instruction by a seeded hash, so the split is stable across reruns, row
+    orders and shardings, and the same instruction never lands in both splits.
+    """
+    if fraction <= 0:
+        return [False] * len(instruction_ids)
+    out = []
+    for iid in instruction_ids:
+        digest = hashlib.sha256(f"{seed}:{iid}".encode()).digest()
+        out.append(int.from_bytes(digest[:8], "big") / 2**64 < fraction)
+    return out
+
+
+def plan_files(table: pa.Table, *, shard_rows: int, holdout_fraction: float,
+               seed: int) -> dict[str, pa.Table]:
+    """Split and shard the SFT table into named Parquet files.
+
+    Returns:
+        ``{"train-00000-of-00002.parquet": table, ..., "test-00000-of-00001.parquet": ...}``,
+        the Hugging Face Hub naming for sharded splits. ``train`` is always present (possibly
+        empty, so a run that selected nothing still yields a loadable file); ``test`` only when
+        ``holdout_fraction`` > 0 and it got rows.
+    """
+    mask = pa.array(holdout_mask(table.column("instruction_id").to_pylist(),
+                                 holdout_fraction, seed), pa.bool_())
+    splits = {"train": table.filter(pc.invert(mask)), "test": table.filter(mask)}
+    files: dict[str, pa.Table] = {}
+    for split, part in splits.items():
+        if split != "train" and part.num_rows == 0:
+            continue
+        n_shards = max(1, -(-part.num_rows // shard_rows))
+        for i in range(n_shards):
+            name = f"{split}-{i:05d}-of-{n_shards:05d}.parquet"
+            files[name] = part.slice(i * shard_rows, shard_rows)
+    return files
+
+
+def parquet_bytes(table: pa.Table) -> bytes:
+    """Serialise a table to Parquet bytes (zstd), as written to disk by the stage."""
+    buf = io.BytesIO()
+    pq.write_table(table, buf, compression="zstd")
+    return buf.getvalue()
+
+
+def write_dataset(table: pa.Table, out_dir: Path, *, shard_rows: int = 100_000,
+                  holdout_fraction: float = 0.0, seed: int = 0) -> list[Path]:
+    """Write the SFT table as sharded Parquet files under ``out_dir`` (outside a run).
+
+    Each file is written to a temporary name and renamed, so a reader never sees half a file.
+
+    Returns:
+        The written paths, train shards first.
+    """
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = []
+    for name, part in plan_files(table, shard_rows=shard_rows,
+                                 holdout_fraction=holdout_fraction, seed=seed).items():
+        path = out_dir / name
+        tmp = path.with_suffix(".parquet.tmp")
+        tmp.write_bytes(parquet_bytes(part))
+        os.replace(tmp, path)
+        paths.append(path)
+    return paths
+
+
+def split_sizes(files: Mapping[str, pa.Table]) -> dict[str, int]:
+    """Rows per split from ``plan_files`` output."""
+    sizes: dict[str, int] = {}
+    for name, part in files.items():
+        split = name.split("-", 1)[0]
+        sizes[split] = sizes.get(split, 0) + part.num_rows
+    return sizes
+
+
+def card_funnel(funnel: Any) -> list[dict[str, Any]]:
+    """The card's funnel rows (``stage, rows_in, kept, dropped``) from the run's ``Funnel``."""
+    return [{"stage": s.stage, "rows_in": s.rows_in, "kept": s.rows_out,
+             "dropped": dict(s.dropped)} for s in funnel]
+
+
+def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array]:
+    """(admitted mask, drop reason per row) for the selected, non-empty answers."""
+    status = table.column("status").to_pylist()
+    verified = verified_mask(table).to_pylist()
+    gated = (table.column("gate_admitted").to_pylist() if "gate_admitted" in table.column_names
+             else [None] * table.num_rows)
+    keep, reasons = [], []
+    for st, ok, gate in zip(status, verified, gated):
+        if admit == "selected" or ok:
+            keep.append(True)
+            reasons.append(None)
+        elif st == "no_tests" and admit == "verified_or_gated":
+            keep.append(bool(gate))
+            reasons.append(None if gate else "gate_rejected")
+        else:
+            keep.append(False)
+            reasons.append(_reject_reason(st))
+    return pa.array(keep, pa.bool_()), pa.array(reasons, pa.string())
+
+
+def _reject_reason(status: str | None) -> str:
+    if status in ("no_tests", "no_entry_point"):
+        return status
+    # passed every test it ran, but not the hidden + augmented suite (none, or not recorded)
+    return "program_gate_not_passed" if status == PASSED else "failed_execution"
+
+
+def _with_reason(table: pa.Table, reason: str) -> pa.Table:
+    return table.append_column("reason", pa.array([reason] * table.num_rows, pa.string()))
+
+
+def _run_models(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> list[str]:
+    """Every model that shaped the data: experts, difficulty raters and ``extra_models``."""
+    models = set(ctx.read("answer", columns=["model"]).column("model").to_pylist())
+    models |= set(table.column("model").to_pylist())
+    votes = ctx.read("difficulty", columns=["difficulty_votes"]).column("difficulty_votes")
+    for row in votes.to_pylist():
+        models |= {v["judge"] for v in row or () if v.get("judge")}
+    models |= set(cfg.extra_models)
+    return sorted(m for m in models if m)
+
+
+def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
+    """Select the chosen answers, write the dataset shards and the card."""
+    if "selected" not in table.column_names:
+        raise ValueError(f"emit: verify output lacks column 'selected'; has {table.column_names}")
+    is_selected = pc.fill_null(table.column("selected"), False)
+    responses = pc.fill_null(pc.utf8_trim_whitespace(table.column("response").cast(pa.string())), "")
+    empty = pc.and_(is_selected, pc.equal(responses, ""))
+    keep = pc.and_(is_selected, pc.invert(empty))
+    dropped = pa.concat_tables([_with_reason(table.filter(pc.invert(is_selected)), "not_selected"),
+                                _with_reason(table.filter(empty), "empty_response")])
+    counts = pc.value_counts(table.filter(keep).column("instruction_id")).to_pylist()
+    twice = [c["values"] for c in counts if c["counts"] > 1]
+    if twice:
+        raise ValueError(f"emit: {len(twice)} instruction(s) have more than one selected answer, "
+                         f"e.g. instruction_id={twice[0]}; the selection rule must pick one")
+    chosen = fill_from(table.filter(keep), ctx, "audit", "gate_admitted")
+    admitted, reasons = _admitted(chosen, cfg.admit)
+    rejected = chosen.filter(pc.invert(admitted))
+    rejected = rejected.append_column("reason", reasons.filter(pc.invert(admitted)))
+    dropped = pa.concat_tables([dropped, rejected.select(dropped.column_names)],
+                               promote_options="permissive") if rejected.num_rows else dropped
+    chosen = chosen.filter(admitted)
+    # verify may not carry every provenance column through; the stages that made them can.
+    chosen = fill_from(chosen, ctx, "difficulty", "difficulty")
+    chosen = fill_from(chosen, ctx, "rate", "final_score")
+    chosen = fill_from(chosen, ctx, "rate", "elo")
+    chosen = fill_from(chosen, ctx, "audit", "judge_score").sort_by("instruction_id")
+    ids = chosen.column("instruction_id").to_pylist()
+    chosen = with_origin(chosen, ctx.read("clean", columns=list(ORIGIN_COLUMNS),
+                                          instruction_ids=ids))
+    chosen = with_judges(chosen, ctx.read("judge", columns=list(JUDGE_COLUMNS),
+                                          instruction_ids=ids))
+
+    run_id, config_hash = ctx.run_id, ctx.config_hash()
+    sft = build_sft_rows(chosen, system_prompt=cfg.system_prompt, run_id=run_id,
+                         config_hash=config_hash)
+    files = plan_files(sft, shard_rows=cfg.shard_rows, holdout_fraction=cfg.holdout_fraction,
+                       seed=ctx.seed)
+    for name, part in files.items():
+        ctx.write_artifact(f"dataset/{name}", part)
+    # A rerun with fewer rows writes fewer shards; an old "-of-00003" file left beside the new
+    # ones would be read twice by every `train-*.parquet` glob.
+    ctx.remove_artifacts("dataset", "*-of-*.parquet", keep=sorted(files))
+
+    counts = provenance_counts(sft)
+    info = CardInfo(
+        name=cfg.dataset_name, license=cfg.license, run_id=run_id,
+        config_hash=config_hash,
+        files=sorted(files), split_sizes=split_sizes(files), system_prompt=cfg.system_prompt,
+        funnel=card_funnel(ctx.funnel()) + [{"stage": "emit", "rows_in": table.num_rows,
+                                            "kept": sft.num_rows,
+                                            "dropped": _reason_counts(dropped)}],
+        models=_run_models(table, cfg, ctx), source_counts=_value_counts(sft, "source_model"),
+        schema=SFT_SCHEMA, admit=cfg.admit, gate=_gate_report(ctx), **counts,
+    )
+    ctx.write_artifact("dataset/README.md", render_card(info, ctx.model_spec))
+    stats = {f"rows_{split}": float(n) for split, n in info.split_sizes.items()}
+    stats.update({name: float(n) for name, n in counts.items()})
+    return StageResult(table=sft, dropped=dropped, stats=stats)
+
+
+def _gate_report(ctx: StageContext) -> dict | None:
+    """The audit's judge-gate section (``metrics.json``), None when the audit wrote none."""
+    raw = ctx.read_artifact(METRICS_ARTIFACT)
+    return json.loads(raw).get("gate") if raw is not None else None
+
+
+def _value_counts(table: pa.Table, column: str) -> dict[str, int]:
+    return {d["values"]: d["counts"] for d in pc.value_counts(table.column(column)).to_pylist()}
+
+
+def _reason_counts(dropped: pa.Table) -> dict[str, int]:
+    return _value_counts(dropped, "reason") if dropped.num_rows else {}
+
+
+METRICS_ARTIFACT = "audit/metrics.json"
+
+STAGE = StageSpec(
+    name="emit", config=EmitConfig, run=run, source="repair", sharded=False,
+    reads={"answer": ("model",),
+           "clean": ORIGIN_COLUMNS,
+           "judge": JUDGE_COLUMNS,
+           "difficulty": ("instruction_id", "difficulty", "difficulty_votes"),
+           "rate": ("instruction_id", "model", "final_score", "elo"),
+           "audit": ("instruction_id", "model", "gate_admitted", "judge_score")},
+    artifacts=(METRICS_ARTIFACT,),
+    inputs=("instruction_id", "instruction", "model", "response", "status", "selected",
+            *CARRIED),
+    outputs=tuple(SFT_SCHEMA.names),
+)

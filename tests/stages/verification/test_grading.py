@@ -1,0 +1,55 @@
+"""grade: both gates and the counts per split for hand-made suites, in the real sandbox."""
+
+from __future__ import annotations
+
+import pytest
+from arenaforge.stages.verification.grading import grade
+from arenaforge.stages.verification.suites import Suite
+
+SUITE = Suite("i", "add", from_instruction=True, signature="def add(a, b)", arities=(2,),
+              example="assert add(2, 3) == 5",
+              visible=("assert add(1, 2) == 3",),
+              hidden=("assert add(0, 0) == 0", "assert add(-1, 1) == 0"),
+              augmented=("assert add(10, 5) == 15",))
+
+
+@pytest.mark.parametrize("code,status,probe,program,counts", [
+    ("def add(a, b):\n    return a + b\n", "passed", "pass", "pass", (1, 2, 1)),
+    ("def plus(x, y):\n    return x + y\n", "passed", "pass", "pass", (1, 2, 1)),
+    # passes the visible test only (special-cased): the program gate rejects it
+    ("def add(a, b):\n    return 3 if (a, b) == (1, 2) else 7\n", "failed", "example_failed",
+     "fail", (1, 0, 0)),
+    ("def add(a):\n    return a\n", "error", "signature_mismatch", "fail", (0, 0, 0)),
+    ("def add(a, b):\n    return a + b\nraise SystemError('boom')\n", "error", "import_error",
+     "fail", (0, 0, 0)),
+    ("def one(a):\n    return a\ndef two(b):\n    return b\n", "no_entry_point",
+     "no_entry_point", "fail", (0, 0, 0)),
+    ("def add(a, b):\n    return a +\n", "error", "no_code", "fail", (0, 0, 0)),
+    (None, "error", "no_code", "fail", (0, 0, 0)),
+])
+def test_gates_and_split_counts(sandbox_pool, code, status, probe, program, counts):
+    [g] = grade(sandbox_pool, [(code, SUITE)], timeout_s=3)
+    assert (g.verdict.status, g.probe_gate, g.program_gate) == (status, probe, program)
+    assert tuple(g.counts[s][0] for s in ("visible", "hidden", "augmented")) == counts
+    assert tuple(g.counts[s][1] for s in ("visible", "hidden", "augmented")) == (1, 2, 1)
+    assert g.verdict.tests_total == 4
+
+
+def test_no_tests_still_gets_a_probe_verdict(sandbox_pool):
+    suite = Suite("i", "add", example="assert add(2, 3) == 5")
+    good, bad = grade(sandbox_pool, [("def add(a, b):\n    return a + b\n", suite),
+                                     ("def add(a, b):\n    return a - b\n", suite)], timeout_s=3)
+    assert (good.verdict.status, good.probe_gate, good.program_gate) == \
+        ("no_tests", "pass", "no_tests")
+    assert bad.probe_gate == "example_failed"
+    [none] = grade(sandbox_pool, [("x = 1\n", None)], timeout_s=3)
+    assert (none.verdict.status, none.probe_gate, none.program_gate) == \
+        ("no_tests", "no_entry_point", "no_tests")
+
+
+def test_a_looping_answer_costs_one_timeout_and_still_gets_its_probe(sandbox_pool):
+    loop = "def add(a, b):\n    while True:\n        pass\n"
+    [g] = grade(sandbox_pool, [(loop, SUITE)], timeout_s=0.5)
+    assert g.verdict.status == "timeout" and g.verdict.per_test[1:] == ("skipped",) * 3
+    # the probes ran on their own after fail-fast: the answer loads, its example times out
+    assert g.probe_gate == "example_failed" and g.program_gate == "fail"
