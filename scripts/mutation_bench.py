@@ -45,7 +45,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.parquet as pq
-from arenaforge.stages.verification.execution import PASSED
+from arenaforge.pipeline.statuses import PASSED
 
 from scripts.ast_mutants import OPERATORS, mutants
 

@@ -172,8 +172,8 @@ def load_answers(run_dir: Path, source: str) -> tuple[pa.Table, str]:
 def emit_rule(table: pa.Table, plan: Plan, rule: str, out: Path, *, run_id: str,
               system_prompt: str | None, selection_fp: str) -> dict[str, Any]:
     """Write one rule's dataset (skipped when the same content is already there)."""
+    from arenaforge.pipeline.statuses import PASSED
     from arenaforge.stages.output.emit import build_sft_rows, write_dataset
-    from arenaforge.stages.verification.execution import PASSED
 
     chosen = rule_table(table, plan, rule)
     sft = build_sft_rows(chosen, system_prompt=system_prompt, run_id=run_id,

@@ -11,11 +11,11 @@ import dataclasses
 import hashlib
 
 import pyarrow as pa
+from arenaforge.pipeline.statuses import NO_TESTS, PASSED
 from arenaforge.stages.arena.selection import Candidate, select_answer
 
 ABLATION_RULES = ("random", "judge", "verified", "execution_first")
 BASELINE = "random"
-PASSED = "passed"
 REQUIRED = ("instruction_id", "instruction", "model", "response", "status", "tests_passed",
             "tests_total", "judge_winner", "final_score")
 
@@ -85,7 +85,7 @@ def plan_selection(table: pa.Table, rules: list[str], *, seed: int, require_pass
                              f"({sorted(models)})")
         if require_passing and not any(rows[i]["status"] == PASSED for i in idx):
             all_untested = all(not rows[i]["tests_total"] for i in idx)
-            excluded[iid] = "no_tests" if all_untested else "no_passing_answer"
+            excluded[iid] = NO_TESTS if all_untested else "no_passing_answer"
             continue
         cands = [Candidate(model=rows[i]["model"], passed=rows[i]["status"] == PASSED,
                            pass_rate=(rows[i]["tests_passed"] or 0) / rows[i]["tests_total"]

@@ -5,14 +5,17 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-# Verdicts. ``passed`` is True only for PASSED.
-PASSED = "passed"
-FAILED = "failed"  # the tests ran and at least one assertion was false
-ERROR = "error"  # syntax error, exception, early exit, or a sandbox failure
-TIMEOUT = "timeout"  # wall-clock deadline or CPU limit
-MEMORY = "memory"  # MemoryError, or the memory cgroup killed a process of the job
-OUTPUT_LIMIT = "output_limit"  # stdout + stderr exceeded the cap
-STATUSES = (PASSED, FAILED, ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT)
+from arenaforge.pipeline.statuses import (  # noqa: F401  (the sandbox's public vocabulary)
+    ERROR,
+    FAILED,
+    MEMORY,
+    OUTPUT_LIMIT,
+    PASSED,
+    TIMEOUT,
+)
+from arenaforge.pipeline.statuses import EXECUTION_STATUSES as STATUSES  # noqa: F401
+
+# Verdicts: ``arenaforge.pipeline.statuses``; ``passed`` is True only for PASSED.
 
 # Error classes (``ExecResult.error_type``).
 ERR_SYNTAX = "syntax"

@@ -62,9 +62,8 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.pipeline.statuses import NO_TESTS, PASSED
 from arenaforge.stages.output.audit_stats import (
-    NO_TESTS,
-    PASSED,
     answer_scores,
     audit_rows,
     executable,

@@ -26,6 +26,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from arenaforge.pipeline.statuses import ANSWER_STATUSES, FAILED_STATUSES, PASSED
 from arenaforge.stages.arena.rate import (
     first_position_rates,
     judge_frame,
@@ -34,13 +35,9 @@ from arenaforge.stages.arena.rate import (
 )
 from arenaforge.stages.arena.ratings import first_bad
 
-PASSED = "passed"
-FAILED_STATUSES = ("failed", "error", "timeout", "memory")
-NO_TESTS = "no_tests"
-# the answer defines no function the tests can bind to: never a logic failure, so it never
-# separates a battle and the judge gate does not decide it either (it has tests)
-NO_ENTRY_POINT = "no_entry_point"
-STATUSES = (PASSED, *FAILED_STATUSES, NO_TESTS, NO_ENTRY_POINT)
+# An answer with no_entry_point defines no function the tests can bind to: never a logic
+# failure, so it never separates a battle and the judge gate does not decide it either.
+STATUSES = ANSWER_STATUSES
 PAIR_KEY = ["instruction_id", "model_a", "model_b"]
 DIFFICULTY_EDGES = (0.0, 4.0, 7.0, 10.0)  # pre-declared buckets of the 1-10 difficulty
 DIFFICULTY_LABELS = ("easy (<4)", "medium (4-7)", "hard (>=7)")

@@ -40,6 +40,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS, PASSED
 from arenaforge.stages.output.card import CardInfo, render_card
 from arenaforge.stages.output.emit_provenance import (
     CARRIED,
@@ -53,7 +54,6 @@ from arenaforge.stages.output.emit_provenance import (
     with_judges,
     with_origin,
 )
-from arenaforge.stages.verification.execution import PASSED
 from pydantic import Field
 
 log = logging.getLogger(__name__)
@@ -264,7 +264,7 @@ def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array]:
         if admit == "selected" or ok:
             keep.append(True)
             reasons.append(None)
-        elif st == "no_tests" and admit == "verified_or_gated":
+        elif st == NO_TESTS and admit == "verified_or_gated":
             keep.append(bool(gate))
             reasons.append(None if gate else "gate_rejected")
         else:
@@ -274,7 +274,7 @@ def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array]:
 
 
 def _reject_reason(status: str | None) -> str:
-    if status in ("no_tests", "no_entry_point"):
+    if status in (NO_TESTS, NO_ENTRY_POINT):
         return status
     # passed every test it ran, but not the hidden + augmented suite (none, or not recorded)
     return "program_gate_not_passed" if status == PASSED else "failed_execution"

@@ -25,7 +25,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 import pyarrow.compute as pc
 from arenaforge.pipeline.stage import StageContext
-from arenaforge.stages.verification.execution import PASSED
+from arenaforge.pipeline.statuses import NO_TESTS, PASSED
 from arenaforge.stages.verification.probe_gate import PROGRAM_PASS
 
 # In emitted column order; names are checked from outside (issue #22's contract).
@@ -130,7 +130,7 @@ def provenance_counts(sft: pa.Table) -> dict[str, int]:
     return {"verified": count(sft.column("verified")),
             "repaired": count(sft.column("repaired")),
             "replaced_judge_pick": count(sft.column("replaced_judge_pick")),
-            "without_tests": count(pc.equal(sft.column("status"), "no_tests"))}
+            "without_tests": count(pc.equal(sft.column("status"), NO_TESTS))}
 
 
 def _replace(table: pa.Table, name: str, values: Sequence) -> pa.Table:

@@ -32,7 +32,8 @@ from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
-from arenaforge.stages.output.audit_stats import FAILED_STATUSES, NO_TESTS, executable, proportion
+from arenaforge.pipeline.statuses import FAILED_STATUSES, NO_TESTS
+from arenaforge.stages.output.audit_stats import executable, proportion
 
 DEFAULT_GRID = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
 

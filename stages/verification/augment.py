@@ -19,6 +19,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from arenaforge.pipeline.statuses import ERROR, PASSED, TIMEOUT
 from arenaforge.stages.verification.test_parsing import python_blocks
 from arenaforge.stages.verification.test_split import (
     _NOT_LITERAL,
@@ -169,16 +170,16 @@ def outcome_of(result: Any) -> Outcome:
     """The outcome of one ``input_program`` run (an ``ExecResult``, ``None`` when skipped)."""
     if result is None:
         return Outcome("error", "skipped")
-    if result.status == "passed":
+    if result.status == PASSED:
         lines = [ln for ln in (result.stdout_tail or "").splitlines() if ln.startswith(MARK)]
         if lines:
             text = lines[-1][len(MARK):]
             exact = not text.startswith(INEXACT)
             return Outcome("value", text if exact else text[len(INEXACT):], exact)
         return Outcome("error", "no output")
-    if result.status == "timeout":
+    if result.status == TIMEOUT:
         return Outcome("timeout")
-    if result.status == "error" and result.error_type == "runtime":
+    if result.status == ERROR and result.error_type == "runtime":
         return Outcome("raises", result.error_name)
     return Outcome("error", result.error_type or result.status)
 

@@ -12,13 +12,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from arenaforge.pipeline.statuses import ANSWER_STATUS_OF as _STATUS_OF
+from arenaforge.pipeline.statuses import ERROR, FAILED, NO_TESTS, PASSED, SKIPPED, TIMEOUT
 from arenaforge.stages.verification.test_parsing import strip_main_guard
-
-PASSED, FAILED, ERROR, TIMEOUT, MEMORY, NO_TESTS = (
-    "passed", "failed", "error", "timeout", "memory", "no_tests")
-SKIPPED = "skipped"  # a test not run because the answer already timed out (fail-fast)
-_STATUS_OF = {"passed": PASSED, "failed": FAILED, "error": ERROR, "timeout": TIMEOUT,
-              "memory": MEMORY, "output_limit": ERROR}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,7 +66,7 @@ def summarize(tests: Sequence[str], results: Sequence[Any]) -> Verdict:
     if r is None:  # skipped by fail-fast: the suite's first test (outside these) timed out
         return Verdict(TIMEOUT, passed, len(tests), "timeout", "skipped after a timeout",
                        tests[first], duration_s=duration, per_test=per_test)
-    error_class = "assertion" if r.status == "failed" else (r.error_type or r.status)
+    error_class = "assertion" if r.status == FAILED else (r.error_type or r.status)
     return Verdict(_STATUS_OF[r.status], passed, len(tests), error_class, r.error_message,
                    tests[first], r.stdout_tail, r.stderr_tail, duration, per_test)
 

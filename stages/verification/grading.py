@@ -21,9 +21,9 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS
 from arenaforge.stages.verification.entry_points import Binding, bound_code
 from arenaforge.stages.verification.execution import (
-    NO_TESTS,
     Verdict,
     _compile_error,
     execute_results,
@@ -39,7 +39,6 @@ from arenaforge.stages.verification.recorded_runs import RecordedRun
 from arenaforge.stages.verification.suites import AUGMENTED, Suite
 from arenaforge.stages.verification.test_split import HIDDEN, VISIBLE
 
-NO_ENTRY_POINT = "no_entry_point"
 SPLITS = (VISIBLE, HIDDEN, AUGMENTED)
 
 

@@ -40,7 +40,8 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
-from arenaforge.pipeline.sandbox.result import ERR_SANDBOX, ERROR, FAILED, PASSED, ExecResult
+from arenaforge.pipeline.sandbox.result import ERR_SANDBOX, ExecResult
+from arenaforge.pipeline.statuses import ERROR, FAILED, PASSED
 
 EVIDENCE_COLUMNS = ("graded_passed_by", "candidate_runs")
 CANDIDATE_RUN = pa.struct([

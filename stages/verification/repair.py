@@ -35,13 +35,13 @@ from typing import Any
 
 import pyarrow as pa
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.pipeline.statuses import FAILED_STATUSES, NO_ENTRY_POINT, PASSED
 from arenaforge.stages.common.prompt_templates import fill, load_template
-from arenaforge.stages.verification.grading import NO_ENTRY_POINT, Graded, grade
+from arenaforge.stages.verification.grading import Graded, grade
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, Suite, trusted_suites
 from arenaforge.stages.verification.test_parsing import extract_program, probe_program
 from arenaforge.stages.verification.verify import (
     GRADE_SCHEMA,
-    PASSED,
     VERDICT_SCHEMA,
     VerifyConfig,
     execute,
@@ -50,7 +50,7 @@ from arenaforge.stages.verification.verify import (
 )
 from pydantic import Field
 
-REPAIRABLE = ("failed", "error", "timeout", "memory", NO_ENTRY_POINT)
+REPAIRABLE = (*FAILED_STATUSES, NO_ENTRY_POINT)
 
 
 class RepairConfig(StageConfig):

@@ -40,20 +40,14 @@ from collections.abc import Sequence
 
 import pyarrow as pa
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS, PASSED
 from arenaforge.stages.arena.selection import Candidate, Rule, select_answer
-from arenaforge.stages.verification.execution import (  # noqa: F401  (re-exported: the stage's vocabulary)
-    ERROR,
-    FAILED,
-    MEMORY,
-    NO_TESTS,
-    PASSED,
-    SKIPPED,
-    TIMEOUT,
+from arenaforge.stages.verification.execution import (  # noqa: F401  (re-exported: callers run answers here)
     Verdict,
     execute,
     summarize,
 )
-from arenaforge.stages.verification.grading import NO_ENTRY_POINT, Graded, grade
+from arenaforge.stages.verification.grading import Graded, grade
 from arenaforge.stages.verification.recorded_runs import EVIDENCE_COLUMNS, recorded_runs
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, suites_of_rows
 from pydantic import Field

@@ -21,6 +21,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 from arenaforge.pipeline.apps.judge_bench import card, judging, pairs, report, samples
 from arenaforge.pipeline.apps.judge_bench.config import BenchConfig
+from arenaforge.pipeline.statuses import PASSED
 from arenaforge.stages.output.audit_stats import jsonable
 
 log = logging.getLogger(__name__)
@@ -105,7 +106,7 @@ def answer_problems(cfg: BenchConfig, problems: list[dict], backends: Backends, 
                 samples.execute_answers(pool, by_id, new, cfg.timeout_s)
                 rows += new
                 _write(path, rows)
-                passed = sum(r["status"] == "passed" for r in new)
+                passed = sum(r["status"] == PASSED for r in new)
                 progress(f"  {model}: {len(chunk)} problems x {n} answers, {passed} pass "
                          f"({time.perf_counter() - began:.0f} s)")
     finally:
@@ -122,7 +123,7 @@ def expert_references(cfg: BenchConfig, problems: list[dict], backends: Backends
                            out / "references.parquet", progress)
     by_id = {p["task_id"]: p for p in problems}
     return {r["task_id"]: samples.shown_text(by_id[r["task_id"]], r["response"], cfg.show)
-            for r in rows if r["status"] == "passed"}
+            for r in rows if r["status"] == PASSED}
 
 
 def write_card(cfg: BenchConfig, out: Path, problems: list[dict], answers: list[dict],
@@ -135,7 +136,7 @@ def write_card(cfg: BenchConfig, out: Path, problems: list[dict], answers: list[
         "temperature": cfg.temperature, "shown": cfg.show, "pairs": counts,
         "results": results, "variants_planned": [v.name for v in cfg.variants],
         "answers": {m: {"answers": sum(r["model"] == m for r in answers),
-                        "passed": sum(r["model"] == m and r["status"] == "passed"
+                        "passed": sum(r["model"] == m and r["status"] == PASSED
                                       for r in answers)} for m in cfg.contestants},
         "command": command, "wall_s": round(time.perf_counter() - began, 1),
         "processor": processor(),

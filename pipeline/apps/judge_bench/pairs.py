@@ -14,7 +14,8 @@ import random
 from collections.abc import Sequence
 from itertools import product
 
-FAILED_STATUSES = ("failed", "error", "timeout", "memory")
+from arenaforge.pipeline.statuses import FAILED_STATUSES, PASSED
+
 SAME, CROSS = "same_model", "cross_model"
 DIFFICULTY = (("hard", 0.0, 0.25), ("medium", 0.25, 0.6), ("easy", 0.6, 1.01))
 
@@ -52,11 +53,11 @@ def build_pairs(samples: Sequence[dict], pairs_per_problem: int, seed: int) -> l
         by_task.setdefault(r["task_id"], []).append(r)
     out = []
     for task, rows in by_task.items():
-        executed = [r for r in rows if r["status"] == "passed" or r["status"] in FAILED_STATUSES]
-        pass_rate = (sum(r["status"] == "passed" for r in executed) / len(executed)
+        executed = [r for r in rows if r["status"] == PASSED or r["status"] in FAILED_STATUSES]
+        pass_rate = (sum(r["status"] == PASSED for r in executed) / len(executed)
                      if executed else 0.0)
         distinct = _distinct(executed)
-        good = [r for r in distinct if r["status"] == "passed"]
+        good = [r for r in distinct if r["status"] == PASSED]
         bad = [r for r in distinct if r["status"] in FAILED_STATUSES]
         kinds = {SAME: [], CROSS: []}
         for p, f in product(good, bad):

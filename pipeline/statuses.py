@@ -1,0 +1,32 @@
+"""The status words of an executed program and of a graded answer (named constants, evalplus
+style). Every module that writes or reads a status imports it from here.
+
+An execution in the sandbox ends ``passed``, ``failed``, ``error``, ``timeout``, ``memory`` or
+``output_limit`` (``arenaforge.pipeline.sandbox.result.ExecResult.status``). An answer graded
+on its tests (the verify and repair stages' ``status`` column) has the words of the first test
+that did not pass (an output cap reads as ``error``), or one of two that say it was not tested
+as a program at all: ``no_tests`` (no trusted test for the instruction) and ``no_entry_point``
+(nothing in the answer binds to the function the tests call: never a logic failure).
+"""
+
+from __future__ import annotations
+
+PASSED = "passed"
+FAILED = "failed"  # the tests ran and at least one assertion was false
+ERROR = "error"  # syntax error, exception, early exit, or a sandbox failure
+TIMEOUT = "timeout"  # wall-clock deadline or CPU limit
+MEMORY = "memory"  # MemoryError, or the memory cgroup killed a process of the job
+OUTPUT_LIMIT = "output_limit"  # stdout + stderr exceeded the cap (an execution's status only)
+NO_TESTS = "no_tests"  # no trusted test for the instruction (an answer's status only)
+NO_ENTRY_POINT = "no_entry_point"  # nothing binds to the entry point (an answer's status only)
+SKIPPED = "skipped"  # a test not run because the answer already timed out (fail-fast)
+
+# The statuses of an execution in the sandbox.
+EXECUTION_STATUSES = (PASSED, FAILED, ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT)
+# An answer's statuses that say its program ran and did not pass: the ones that separate a
+# battle, that repair retries, and that a calibrated gate counts as failures.
+FAILED_STATUSES = (FAILED, ERROR, TIMEOUT, MEMORY)
+# Every status an answer row may carry.
+ANSWER_STATUSES = (PASSED, *FAILED_STATUSES, NO_TESTS, NO_ENTRY_POINT)
+# An execution's status as an answer's: the output cap is an error of the program.
+ANSWER_STATUS_OF = {**{s: s for s in (PASSED, *FAILED_STATUSES)}, OUTPUT_LIMIT: ERROR}
