@@ -43,6 +43,7 @@ from arenaforge.pipeline.textnorm import instruction_id
 from arenaforge.stages.arena import answer as answer_stage
 from arenaforge.stages.arena import judge as judge_stage
 from arenaforge.stages.arena import protocols as jp
+from arenaforge.stages.common.intervals import clopper_pearson
 
 
 class ScriptContext:
@@ -164,8 +165,6 @@ def single_order_readings(rows: list[dict]) -> dict[tuple, dict[str, str | None]
 
 def metrics(rows: list[dict], winners: dict[str, str]) -> dict:
     """Agreement with execution, position bias and order consistency of one protocol."""
-    from scipy.stats import binomtest
-
     def truth(r):
         return "a" if winners[r["instruction_id"]] == r["model_a"] else "b"
 
@@ -182,7 +181,7 @@ def metrics(rows: list[dict], winners: dict[str, str]) -> dict:
         combined = None if v1 is None or v2 is None else (v1 if v1 == v2 else "tie")
         battle_agree += combined == b["truth"]
     n = len(battles)
-    ci = binomtest(battle_agree, n).proportion_ci(0.95, method="exact") if n else None
+    ci = clopper_pearson(battle_agree, n) if n else None
     first = decisive = consistent = both = 0
     for per in readings.values():
         for order, v in per.items():
@@ -193,7 +192,7 @@ def metrics(rows: list[dict], winners: dict[str, str]) -> dict:
             both += 1
             consistent += per["ab"] == per["ba"]
     return {"rows": len(rows), "row_agree": row_agree, "battles": n, "agree": battle_agree,
-            "ci": (ci.low, ci.high) if ci else (float("nan"), float("nan")),
+            "ci": ci if ci else (float("nan"), float("nan")),
             "first_rate": first / decisive if decisive else float("nan"),
             "consistency": consistent / both if both else float("nan"),
             "unparsed": sum(r["verdict"] is None for r in rows),

@@ -29,7 +29,7 @@ its tests. False admission is the
 share of non-equivalent mutants a suite admits, false rejection the share of canonical
 solutions it rejects, each over the problems where the suite has at least one test (a problem
 without one is left to the judge gate in a run; counted as ``no_suite``), with exact
-Clopper-Pearson intervals (``scipy.stats.binomtest``). Mutants of one problem are not
+Clopper-Pearson intervals (``arenaforge.stages.common.intervals``). Mutants of one problem are not
 independent, so the intervals are narrower than a per-problem resampling would give.
 """
 
@@ -46,6 +46,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 from arenaforge.pipeline.statuses import PASSED
+from arenaforge.stages.common.intervals import mcnemar_p, proportion
 
 from scripts.ast_mutants import OPERATORS, mutants
 
@@ -110,16 +111,6 @@ def admissions(pool: Any, items: list[tuple[str, Any]], timeout_s: float,
             for (_, suite), g in zip(items, grades)]
 
 
-def interval(k: int, n: int) -> dict[str, Any]:
-    """``k`` of ``n`` with its rate and exact (Clopper-Pearson) 95% interval."""
-    from scipy.stats import binomtest
-
-    if n == 0:
-        return {"k": 0, "n": 0, "rate": None, "ci_low": None, "ci_high": None}
-    ci = binomtest(k, n).proportion_ci(confidence_level=0.95, method="exact")
-    return {"k": k, "n": n, "rate": k / n, "ci_low": ci.low, "ci_high": ci.high}
-
-
 def score(problems: list[dict], mutant_rows: list[dict], canonical: dict[str, dict]
           ) -> dict[str, Any]:
     """False admission and false rejection per suite, overall and per mutation operator."""
@@ -131,11 +122,11 @@ def score(problems: list[dict], mutant_rows: list[dict], canonical: dict[str, di
         table[name] = {
             "problems_with_suite": len(with_suite),
             "no_suite": len(problems) - len(with_suite),
-            "false_admission": interval(sum(bool(m["admitted"][name]) for m in judged),
+            "false_admission": proportion(sum(bool(m["admitted"][name]) for m in judged),
                                         len(judged)),
-            "false_rejection": interval(
+            "false_rejection": proportion(
                 sum(canonical[p["task_id"]][name] is False for p in with_suite), len(with_suite)),
-            "by_operator": {op: interval(sum(bool(m["admitted"][name]) for m in judged
+            "by_operator": {op: proportion(sum(bool(m["admitted"][name]) for m in judged
                                              if m["operator"] == op),
                                          sum(m["operator"] == op for m in judged))
                             for op in OPERATORS},
@@ -146,16 +137,13 @@ def score(problems: list[dict], mutant_rows: list[dict], canonical: dict[str, di
 def paired(live: list[dict], first: str, second: str) -> dict[str, Any]:
     """Mutants judged by both suites: admitted by one only, each way, and the exact McNemar
     p-value (a two-sided binomial test on those discordant mutants)."""
-    from scipy.stats import binomtest
-
     both = [m for m in live if m["admitted"][first] is not None
             and m["admitted"][second] is not None]
     only_first = sum(bool(m["admitted"][first]) and not m["admitted"][second] for m in both)
     only_second = sum(bool(m["admitted"][second]) and not m["admitted"][first] for m in both)
-    discordant = only_first + only_second
     return {"first": first, "second": second, "mutants": len(both),
             "admitted_by_first_only": only_first, "admitted_by_second_only": only_second,
-            "p_value": binomtest(only_first, discordant).pvalue if discordant else None}
+            "p_value": mcnemar_p(only_first, only_second)}
 
 
 def summary(problems: list[dict], live: list[dict], canonical: dict[str, dict],

@@ -1,7 +1,7 @@
 """The comparison statistics of ``arenaforge ablate`` (pure): exact intervals, paired tests.
 
 pass@1 over n problems is a binomial proportion: its exact (Clopper-Pearson) interval comes
-from ``scipy.stats.binomtest``. Two models evaluated on the same problems are compared with the
+from ``arenaforge.stages.common.intervals``. Two models evaluated on the same problems are compared with the
 exact McNemar test, which looks only at the problems where exactly one of them is right.
 """
 
@@ -10,18 +10,9 @@ from __future__ import annotations
 from typing import Any
 
 from arenaforge.pipeline.apps.ablate_select import BASELINE
+from arenaforge.stages.common.intervals import clopper_pearson, mcnemar_p
 
 BASE_ROW = "base"
-
-
-def clopper_pearson(k: int, n: int, level: float = 0.95) -> tuple[float, float]:
-    """Exact (Clopper-Pearson) interval of a binomial proportion ``k / n`` (scipy)."""
-    from scipy.stats import binomtest
-
-    if n == 0:
-        return 0.0, 1.0
-    ci = binomtest(k, n).proportion_ci(confidence_level=level, method="exact")
-    return float(ci.low), float(ci.high)
 
 
 def mcnemar_exact(rule: list[bool], baseline: list[bool]) -> tuple[int, int, float]:
@@ -30,13 +21,11 @@ def mcnemar_exact(rule: list[bool], baseline: list[bool]) -> tuple[int, int, flo
     Only discordant problems carry information; under the null each is a fair coin, so the
     two-sided p-value is a binomial test on them (1.0 when there are none).
     """
-    from scipy.stats import binomtest
-
     if len(rule) != len(baseline):
         raise ValueError(f"paired outcomes differ in length: {len(rule)} vs {len(baseline)}")
     wins = sum(a and not b for a, b in zip(rule, baseline))
     losses = sum(b and not a for a, b in zip(rule, baseline))
-    p = 1.0 if wins + losses == 0 else float(binomtest(wins, wins + losses, 0.5).pvalue)
+    p = 1.0 if wins + losses == 0 else mcnemar_p(wins, losses)
     return wins, losses, p
 
 

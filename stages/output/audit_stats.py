@@ -34,6 +34,7 @@ from arenaforge.stages.arena.rate import (
     single_order_readings,
 )
 from arenaforge.stages.arena.ratings import first_bad
+from arenaforge.stages.common.intervals import proportion
 
 # An answer with no_entry_point defines no function the tests can bind to: never a logic
 # failure, so it never separates a battle and the judge gate does not decide it either.
@@ -76,17 +77,6 @@ def execution_verdict(status_a, status_b) -> np.ndarray:
     a_pass, b_pass = (a == PASSED).to_numpy(), (b == PASSED).to_numpy()
     a_fail, b_fail = a.isin(FAILED_STATUSES).to_numpy(), b.isin(FAILED_STATUSES).to_numpy()
     return np.select([a_pass & b_fail, b_pass & a_fail], ["a", "b"], None).astype(object)
-
-
-def proportion(k: int, n: int, confidence: float = 0.95) -> dict:
-    """``k`` of ``n`` with the exact (Clopper-Pearson) two-sided interval; rate None if n = 0."""
-    from scipy.stats import binomtest  # lazy: keeps importing the stage module cheap
-
-    if n == 0:
-        return {"k": 0, "n": 0, "rate": None, "ci_low": None, "ci_high": None}
-    ci = binomtest(int(k), int(n)).proportion_ci(confidence_level=confidence, method="exact")
-    return {"k": int(k), "n": int(n), "rate": k / n, "ci_low": float(ci.low),
-            "ci_high": float(ci.high)}
 
 
 def cohen_kappa(y1: Sequence, y2: Sequence) -> float | None:

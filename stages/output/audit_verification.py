@@ -28,7 +28,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 from arenaforge.pipeline.statuses import NO_TESTS, PASSED
-from arenaforge.stages.output.audit_stats import cohen_kappa, jsonable, proportion
+from arenaforge.stages.common.intervals import proportion
+from arenaforge.stages.output.audit_stats import cohen_kappa, jsonable
 from arenaforge.stages.verification.probe_gate import PASS as PROBE_PASS
 from arenaforge.stages.verification.probe_gate import PROGRAM_FAIL, PROGRAM_PASS
 

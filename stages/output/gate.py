@@ -33,23 +33,10 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 from arenaforge.pipeline.statuses import FAILED_STATUSES, NO_TESTS
-from arenaforge.stages.output.audit_stats import executable, proportion
+from arenaforge.stages.common.intervals import proportion, upper_bound
+from arenaforge.stages.output.audit_stats import executable
 
 DEFAULT_GRID = (0.5, 1.0, 1.5, 2.0, 2.5, 3.0)
-
-
-def upper_bound(failures: int, n: int, level: float) -> float:
-    """One-sided exact upper confidence bound on a failure rate at confidence 1 - level.
-
-    ``n = 0`` gives 1.0: no evidence bounds nothing.
-    """
-    from scipy.stats import binomtest  # lazy: keeps importing the stage module cheap
-
-    if n == 0:
-        return 1.0
-    ci = binomtest(int(failures), int(n), alternative="less").proportion_ci(
-        confidence_level=1.0 - level, method="exact")
-    return float(ci.high)
 
 
 def calibrate_gate(scores: Sequence[float], failed: Sequence[bool],
@@ -83,7 +70,7 @@ def calibrate_gate(scores: Sequence[float], failed: Sequence[bool],
         admitted = scores >= t  # NaN compares False
         k, n = int((admitted & failed).sum()), int(admitted.sum())
         rows.append({"threshold": t, "admitted": n, "failures": k,
-                     "upper_bound": upper_bound(k, n, level)})
+                     "upper_bound": upper_bound(k, n, 1.0 - level)})
     ok = [r["threshold"] for r in rows if r["upper_bound"] <= epsilon]
     return {"threshold": min(ok) if ok else None, "epsilon": epsilon, "delta": delta,
             "level_per_threshold": level, "calibration_rows": len(scores), "grid": rows}

@@ -19,7 +19,6 @@ from arenaforge.pipeline.apps.ablate import (
 )
 from arenaforge.pipeline.apps.ablate_select import pick_random, plan_selection, rule_table
 from arenaforge.pipeline.apps.ablate_stats import (
-    clopper_pearson,
     markdown_table,
     mcnemar_exact,
     summarize,
@@ -128,17 +127,6 @@ def test_bad_tables_are_errors_naming_the_problem():
 
 
 # -- statistics against their definitions -------------------------------------------------
-
-@pytest.mark.parametrize("k,n", [(0, 10), (3, 10), (10, 10), (1, 1), (7, 40), (20, 20)])
-def test_clopper_pearson_matches_the_beta_quantiles(k, n):
-    from scipy.stats import beta
-
-    low, high = clopper_pearson(k, n)
-    ref_low = 0.0 if k == 0 else beta.ppf(0.025, k, n - k + 1)
-    ref_high = 1.0 if k == n else beta.ppf(0.975, k + 1, n - k)
-    assert low == pytest.approx(ref_low, abs=1e-9) and high == pytest.approx(ref_high, abs=1e-9)
-    assert low <= k / n <= high
-
 
 @pytest.mark.parametrize("wins,losses", [(0, 0), (3, 0), (5, 1), (2, 2), (0, 7), (9, 4)])
 def test_mcnemar_is_the_two_sided_binomial_on_discordant_pairs(wins, losses):

@@ -4,7 +4,7 @@ A pair's *verdict* is the protocol's combined verdict over both orders (for ``pa
 orders give separate verdicts: equal orders give that verdict, different ones a tie, as
 ``rate`` resolves them); it is correct when it names the passing answer; a tie or no verdict
 is wrong. Intervals are exact (Clopper-Pearson, ``scipy.stats.binomtest``) through
-``arenaforge.stages.output.audit_stats.proportion``; kappa is Cohen's between the verdict (a / b / tie / none)
+``arenaforge.stages.common.intervals.proportion``; kappa is Cohen's between the verdict (a / b / tie / none)
 and execution (a / b). Position bias comes from the single-order readings (``order_verdict``):
 ``first_position`` is the share of decisive readings that chose the answer shown first (0.5:
 no preference, since every pair is shown both ways), ``order_consistency`` the share of pairs
@@ -18,7 +18,8 @@ from collections.abc import Mapping
 import numpy as np
 import pandas as pd
 from arenaforge.stages.arena.rate import judge_frame
-from arenaforge.stages.output.audit_stats import cohen_kappa, jsonable, proportion
+from arenaforge.stages.common.intervals import mcnemar_p, proportion
+from arenaforge.stages.output.audit_stats import cohen_kappa, jsonable
 
 
 def pair_verdicts(rows: pd.DataFrame) -> pd.DataFrame:
@@ -130,8 +131,6 @@ def paired_effect(with_: pd.Series, without: pd.Series) -> dict | None:
     """The same judge with and without a change (a reference) on the pairs both judged:
     both accuracies, the discordant pairs and the exact McNemar p (two-sided binomial test on
     the discordant pairs). None when no pair is shared."""
-    from scipy.stats import binomtest
-
     shared = with_.index.intersection(without.index)
     if shared.empty:
         return None
@@ -139,8 +138,7 @@ def paired_effect(with_: pd.Series, without: pd.Series) -> dict | None:
     gained, lost = int((a & ~b).sum()), int((~a & b).sum())
     return {"pairs": len(shared), "with": proportion(int(a.sum()), len(shared)),
             "without": proportion(int(b.sum()), len(shared)), "gained": gained, "lost": lost,
-            "p_mcnemar": float(binomtest(gained, gained + lost).pvalue)
-            if gained + lost else 1.0}
+            "p_mcnemar": mcnemar_p(gained, lost) if gained + lost else 1.0}
 
 
 def variant_result(variant, rows: pd.DataFrame, pairs: pd.DataFrame,

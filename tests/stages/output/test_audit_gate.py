@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 import pytest
-from arenaforge.stages.output.gate import calibrate_gate, calibration_split, run_gate, upper_bound
+from arenaforge.stages.output.gate import calibrate_gate, calibration_split, run_gate
 from scipy.stats import beta
 
 FAIL_BY_SCORE = np.array([0.8, 0.5, 0.2, 0.03])  # P(execution fails | judge score 0..3)
@@ -19,16 +19,6 @@ def synthetic_answers(n: int, seed: int, no_tests: float = 0.2) -> pd.DataFrame:
     status[rng.random(n) < no_tests] = "no_tests"
     return pd.DataFrame({"instruction_id": [f"i{i // 2}" for i in range(n)],
                          "judge_score": score.astype(float), "status": status})
-
-
-@pytest.mark.parametrize("k, n, level", [(0, 10, 0.05), (3, 40, 0.01), (10, 10, 0.1),
-                                         (1, 200, 0.0167)])
-def test_upper_bound_is_the_clopper_pearson_beta_quantile(k, n, level):
-    expected = 1.0 if k == n else beta.ppf(1 - level, k + 1, n - k)
-    assert upper_bound(k, n, level) == pytest.approx(expected, rel=1e-6)
-    if k == 0:
-        assert upper_bound(k, n, level) == pytest.approx(1 - level ** (1 / n))
-    assert upper_bound(0, 0, level) == 1.0
 
 
 def test_calibration_picks_loosest_threshold_under_bonferroni():
