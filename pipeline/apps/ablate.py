@@ -44,6 +44,7 @@ import yaml
 from arenaforge.pipeline.apps.ablate_select import (
     ABLATION_RULES,
     BASELINE,
+    AblationRule,
     Plan,
     plan_selection,
     rule_table,
@@ -61,7 +62,6 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator
 
 log = logging.getLogger(__name__)
 
-AblationRule = Literal["random", "judge", "verified", "execution_first"]
 DEFAULT_CONFIG = Path("configs/ablate-tiny.yaml")
 
 

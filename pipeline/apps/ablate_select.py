@@ -9,13 +9,16 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+from typing import Literal, get_args
 
 import pyarrow as pa
 from arenaforge.pipeline.statuses import NO_TESTS, PASSED
-from arenaforge.stages.arena.selection import Candidate, select_answer
+from arenaforge.stages.arena.selection import Candidate, Rule, select_answer
 
-ABLATION_RULES = ("random", "judge", "verified", "execution_first")
 BASELINE = "random"
+# A seeded random pick of the instruction's answers, then the pipeline's selection rules.
+AblationRule = Literal["random", Rule]
+ABLATION_RULES: tuple[str, ...] = get_args(AblationRule)
 REQUIRED = ("instruction_id", "instruction", "model", "response", "status", "tests_passed",
             "tests_total", "judge_winner", "final_score")
 

@@ -15,10 +15,11 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Literal
+from typing import Literal, get_args
 
-RULES = ("judge", "verified", "execution_first")
+# The selection rules: every other module (verify's config, ablate) takes them from here.
 Rule = Literal["judge", "verified", "execution_first"]
+RULES: tuple[str, ...] = get_args(Rule)
 
 # Why a test was discarded (the ``reason`` column of the tests stage).
 NO_CANDIDATE_PASSES = "no_candidate_passes"

@@ -41,7 +41,7 @@ from collections.abc import Sequence
 import pyarrow as pa
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS, PASSED
-from arenaforge.stages.arena.selection import Candidate, Rule, select_answer
+from arenaforge.stages.arena.selection import RULES, Candidate, Rule, select_answer
 from arenaforge.stages.verification.execution import (  # noqa: F401  (re-exported: callers run answers here)
     Verdict,
     execute,
@@ -56,7 +56,7 @@ from pydantic import Field
 class VerifyConfig(StageConfig):
     """Execution limits and the selection rule."""
 
-    rule: Rule = Field("verified", description="judge | verified | execution_first")
+    rule: Rule = Field("verified", description=" | ".join(RULES))
     timeout_s: float = Field(5.0, gt=0, description="wall-clock limit of one test run")
     memory_mb: int | None = Field(None, ge=32, description="memory limit; None: the sandbox's")
     fail_fast: bool = Field(

@@ -17,7 +17,12 @@ from arenaforge.pipeline.apps.ablate import (
     load_ablate_config,
     run_ablation,
 )
-from arenaforge.pipeline.apps.ablate_select import pick_random, plan_selection, rule_table
+from arenaforge.pipeline.apps.ablate_select import (
+    ABLATION_RULES,
+    pick_random,
+    plan_selection,
+    rule_table,
+)
 from arenaforge.pipeline.apps.ablate_stats import (
     markdown_table,
     mcnemar_exact,
@@ -26,7 +31,7 @@ from arenaforge.pipeline.apps.ablate_stats import (
 from arenaforge.pipeline.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]
-RULES = ["random", "judge", "verified", "execution_first"]
+RULES = list(ABLATION_RULES)
 
 
 def _row(iid, model, status, passed, total, winner, score, response=None):
