@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from arenaforge.pipeline.backends.base import SamplingParams, truncate_at_stop
+from arenaforge.stages.common.code_extract import function_code
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +34,6 @@ CANONICAL = "canonical"
 # The stop sequences of the Codex paper: the function body ends where top-level code starts.
 CODEX_STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
 CHAT_TEMPLATE_FILE = Path(__file__).parents[1] / "prompts" / "eval_humaneval_chat.txt"
-_FENCE = re.compile(r"```[ \t]*(?:python|py|python3)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
 def load_problems(suite: str = "humaneval", limit: int | None = None) -> list[dict[str, Any]]:
@@ -48,20 +48,6 @@ def load_problems(suite: str = "humaneval", limit: int | None = None) -> list[di
             raise ValueError(f"limit must be >= 1, got {limit}")
         problems = problems[:limit]
     return problems
-
-
-def extract_code(text: str, entry_point: str) -> str:
-    """The code of a chat answer: the fenced block defining ``entry_point``, else the first
-    fenced block, else the whole text (an unclosed fence, cut by the token limit, counts).
-
-    >>> extract_code("Sure:\\n```python\\ndef f(x):\\n    return x\\n```\\nDone.", "f")
-    'def f(x):\\n    return x\\n'
-    """
-    blocks = _FENCE.findall(text)
-    for block in blocks:
-        if re.search(rf"\bdef\s+{re.escape(entry_point)}\s*\(", block):
-            return block
-    return blocks[0] if blocks else text
 
 
 def prompt_preamble(prompt: str, entry_point: str) -> str:
@@ -86,7 +72,7 @@ def build_program(problem: dict[str, Any], text: str, style: str) -> str:
     if style == "completion":
         body, _ = truncate_at_stop(text, CODEX_STOPS)
         return problem["prompt"] + body
-    code = extract_code(text, problem["entry_point"])
+    code = function_code(text, problem["entry_point"])
     if re.search(rf"^def\s+{re.escape(problem['entry_point'])}\s*\(", code, re.MULTILINE):
         return prompt_preamble(problem["prompt"], problem["entry_point"]) + "\n\n" + code
     return problem["prompt"] + code  # the answer is a bare body

@@ -9,6 +9,7 @@ answer hit its token limit (it runs to the end of the text).
 from __future__ import annotations
 
 import dataclasses
+import re
 from functools import cache
 
 # Info strings that name the same language; the instruction's ``language`` column uses the
@@ -101,3 +102,19 @@ def extract_code(text: str, language: str | None = None) -> str | None:
         matching = [b for b in blocks if b.language in (wanted, "")]
         blocks = matching or blocks
     return "\n".join(b.code if b.code.endswith("\n") else b.code + "\n" for b in blocks)
+
+
+def function_code(text: str, entry_point: str) -> str:
+    """The code of an answer asked to write the function ``entry_point`` (a HumanEval problem):
+    its Python or untagged fenced block that defines it, else the first such block, else the
+    whole text (an answer that is a bare function body). A fence left open because the answer
+    hit its token limit counts.
+
+    >>> function_code("Use:\\n```py\\nf(1)\\n```\\nCode:\\n```python\\ndef f(x):\\n    return x\\n```", "f")
+    'def f(x):\\n    return x\\n'
+    >>> function_code("    return x", "f")
+    '    return x'
+    """
+    blocks = [b.code for b in code_blocks(text) if b.language in ("", "python")]
+    defines = re.compile(rf"\bdef\s+{re.escape(entry_point)}\s*\(")
+    return next((b for b in blocks if defines.search(b)), blocks[0] if blocks else text)

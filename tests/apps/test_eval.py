@@ -10,12 +10,12 @@ from arenaforge.pipeline.apps.evaluate import (
     build_program,
     evaluate,
     execute,
-    extract_code,
     load_problems,
     pass_at_k,
     problem_tests,
     prompt_preamble,
 )
+from arenaforge.stages.common.code_extract import function_code
 
 PROBLEM = {
     "task_id": "Toy/0",
@@ -44,13 +44,17 @@ def test_pass_at_k_averages_problems():
     assert pass_at_k([4, 4], [4, 0], 1) == pytest.approx(0.5)
 
 
-def test_extract_code_prefers_the_block_defining_the_entry_point():
+def test_function_code_prefers_the_block_defining_the_entry_point():
     text = ("Example:\n```python\nprint(double_all([1]))\n```\nSolution:\n```python\n"
             "def double_all(xs):\n    return xs * 2\n```")
-    assert extract_code(text, "double_all").startswith("def double_all(xs)")
-    assert extract_code("no fences here", "f") == "no fences here"
+    assert function_code(text, "double_all").startswith("def double_all(xs)")
+    assert function_code("no fences here", "f") == "no fences here"
     cut = "```python\ndef f(x):\n    return x"  # generation hit the token limit
-    assert extract_code(cut, "f") == "def f(x):\n    return x"
+    assert function_code(cut, "f") == "def f(x):\n    return x"
+    # a block in another language is no candidate, and the prose after its closing fence is
+    # no block either
+    html = "Form:\n```html\n<form></form>\n```\n\nIn this example, the form posts."
+    assert function_code(html, "f") == html
 
 
 def test_preamble_keeps_imports_and_helpers_but_not_the_target():

@@ -74,11 +74,11 @@ def sample_answers(backend, model: str, problems: Sequence[dict], n: int, temper
 
 def shown_text(problem: dict[str, Any], response: str, show: str) -> str:
     """What the judge sees of an answer: the whole reply, or its code in one block."""
-    from arenaforge.pipeline.apps.evaluate import extract_code
+    from arenaforge.stages.common.code_extract import function_code
 
     if show == "response":
         return response
-    return "```python\n" + extract_code(response, problem["entry_point"]).rstrip() + "\n```"
+    return "```python\n" + function_code(response, problem["entry_point"]).rstrip() + "\n```"
 
 
 def execute_answers(pool, problems: dict[str, dict], rows: list[dict], timeout_s: float) -> None:
