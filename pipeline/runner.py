@@ -22,6 +22,7 @@ from typing import Any
 
 import pyarrow as pa
 from arenaforge.pipeline import fingerprint as fp
+from arenaforge.pipeline import layout
 from arenaforge.pipeline.context import RunContext
 from arenaforge.pipeline.executors import make_executor
 from arenaforge.pipeline.filesystem import join
@@ -309,7 +310,7 @@ def _write_run_summary(store: RunStore, funnel: Funnel) -> None:
     store.write_dropped_summary(funnel.names(), DROPPED_SCHEMA)
     summary = {row.stage: {k: v for k, v in row.as_dict().items() if k != "stage"}
                for row in funnel}
-    store.write_artifact("stats.json", json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    store.write_artifact(layout.STATS, json.dumps(summary, indent=2, sort_keys=True) + "\n")
 
 
 def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
@@ -379,7 +380,7 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
                             executor, cfg.runner.shard_size, show_progress)
         engines = executor.loaded_models() if hasattr(executor, "loaded_models") else {}
         if engines:  # where each model ran: node, GPUs, load time per replica
-            store.write_artifact("engines.json", json.dumps(engines, indent=2) + "\n")
+            store.write_artifact(layout.ENGINES, json.dumps(engines, indent=2) + "\n")
     finally:
         close_process_resources()
         executor.close()

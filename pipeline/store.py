@@ -2,19 +2,8 @@
 
 The run directory is a local path (an NFS mount is one) or any ``pyarrow.fs`` URI
 (``s3://bucket/runs/<name>``); every read, write, listing and removal in it goes through this
-module and ``arenaforge.pipeline.filesystem``. Layout of ``<artifacts_dir>/<name>/``::
-
-    config.yaml              the resolved config
-    manifest.json            config hash, code version, per-stage status/rows/timings
-    stages/<stage>/part-00003.parquet       a shard's kept rows
-    stages/<stage>/part-00003.dropped.parquet   its dropped rows (reason, detail, row JSON)
-    stages/<stage>/part-00003.done.json     marker: row counts, checksums, input hash, timings
-    stages/<stage>/_SUCCESS                 the stage is complete (holds its fingerprint)
-    stats.json, dropped.parquet             the whole run's funnel and dropped rows
-    engines.json                            where each model's replicas ran (Ray)
-    cache/requests/                         the request cache (``files`` store, or SQLite)
-    cache/embeddings/                       embedding caches (local run directories only)
-    <stage artifacts>                       rate/, audit/, dataset/ ...
+module and ``arenaforge.pipeline.filesystem``. Its layout (every path in it, by name) is
+``arenaforge.pipeline.layout``.
 
 A shard counts as done only when its marker exists and the checksums in it match the files, so
 a shard killed half-written (or truncated later) is recomputed, never read as data. The order
@@ -43,10 +32,9 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.fs as pafs
 import pyarrow.parquet as pq
-from arenaforge.pipeline import __version__
+from arenaforge.pipeline import __version__, layout
 from arenaforge.pipeline import filesystem as fsys
-
-SUCCESS = "_SUCCESS"
+from arenaforge.pipeline.layout import SUCCESS
 
 
 class StoreError(RuntimeError):
@@ -124,20 +112,23 @@ class StageStore:
             root = RunStore(root)._dir
         self.stage = stage
         self.fs = root.fs
-        self.dir = root.file(posixpath.join("stages", stage))
+        self.dir = root.file(posixpath.join(layout.STAGES, stage))
         self._root = root
 
     def shard_path(self, i: int) -> str:
-        return self._root.file(f"stages/{self.stage}/part-{i:05d}.parquet")
+        return self._file(layout.shard_name(i))
 
     def dropped_path(self, i: int) -> str:
-        return self._root.file(f"stages/{self.stage}/part-{i:05d}.dropped.parquet")
+        return self._file(layout.shard_name(i, "dropped"))
 
     def marker_path(self, i: int) -> str:
-        return self._root.file(f"stages/{self.stage}/part-{i:05d}.done.json")
+        return self._file(layout.shard_name(i, "marker"))
+
+    def _file(self, name: str) -> str:
+        return self._root.file(layout.stage_file(self.stage, name))
 
     def _names(self, pattern: str) -> list[str]:
-        return self._root.names(pattern, f"stages/{self.stage}")
+        return self._root.names(pattern, posixpath.join(layout.STAGES, self.stage))
 
     def write_shard(self, i: int, kept: pa.Table, dropped: pa.Table,
                     info: dict[str, Any]) -> dict[str, Any]:
@@ -175,12 +166,12 @@ class StageStore:
 
     def markers(self) -> list[dict[str, Any]]:
         return [m for name in self._names("part-*.done.json")
-                if (m := self._root.read_json(self._root.file(f"stages/{self.stage}/{name}")))]
+                if (m := self._root.read_json(self._file(name)))]
 
     def read_dropped_detail(self) -> str | None:
         """The first ``detail`` among this stage's dropped rows (for error messages)."""
         for name in self._names("part-*.dropped.parquet"):
-            data = fsys.read_bytes(self.fs, self._root.file(f"stages/{self.stage}/{name}"))
+            data = fsys.read_bytes(self.fs, self._file(name))
             if data is None:
                 continue
             column = pq.read_table(pa.BufferReader(data), columns=["detail"]).column(0)
@@ -190,10 +181,10 @@ class StageStore:
         return None
 
     def mark_success(self, info: dict[str, Any]) -> None:
-        self._root.write_json(self._root.file(f"stages/{self.stage}/{SUCCESS}"), info)
+        self._root.write_json(self._file(SUCCESS), info)
 
     def success(self) -> dict[str, Any] | None:
-        return self._root.read_json(self._root.file(f"stages/{self.stage}/{SUCCESS}"))
+        return self._root.read_json(self._file(SUCCESS))
 
     def _complete(self) -> dict[str, Any]:
         """The success marker of a stage whose output is about to be read."""
@@ -203,7 +194,7 @@ class StageStore:
         return info
 
     def clear_success(self) -> None:
-        fsys.delete_file(self.fs, self._root.file(f"stages/{self.stage}/{SUCCESS}"))
+        fsys.delete_file(self.fs, self._file(SUCCESS))
 
     def verify(self, parts: Iterable[int] | None = None) -> list[str]:
         """Problems with a complete stage's files (empty when intact); ``parts``: only those
@@ -259,14 +250,14 @@ class StageStore:
     def remove_stale(self, keep: int) -> None:
         """Drop temp files of killed writers and shards numbered >= keep (an earlier plan's)."""
         for name in self._names(".*.tmp"):
-            fsys.delete_file(self.fs, self._root.file(f"stages/{self.stage}/{name}"))
+            fsys.delete_file(self.fs, self._file(name))
         for name in self._names("part-*"):
             try:
                 n = int(name[5:10])
             except ValueError:
                 continue
             if n >= keep:
-                fsys.delete_file(self.fs, self._root.file(f"stages/{self.stage}/{name}"))
+                fsys.delete_file(self.fs, self._file(name))
 
     def schema(self) -> pa.Schema | None:
         """The columns of a complete stage's output (from its first shard), without reading it."""
@@ -361,7 +352,7 @@ class RunStore:
 
     @property
     def manifest_path(self) -> str:
-        return self._dir.file("manifest.json")
+        return self._dir.file(layout.MANIFEST)
 
     def stage(self, name: str) -> StageStore:
         return StageStore(self._dir, name)
@@ -383,7 +374,7 @@ class RunStore:
         fsys.make_dir(self.fs, self.path)
         for stale in self._dir.names(".*.tmp"):  # left by a writer killed mid-write
             fsys.delete_file(self.fs, self._dir.file(stale))
-        fsys.write_bytes(self.fs, self._dir.file("config.yaml"), config_yaml.encode())
+        fsys.write_bytes(self.fs, self._dir.file(layout.CONFIG), config_yaml.encode())
         if not existing:
             existing = {"config_hash": config_hash, "code_version": __version__,
                         "created": time.time(), "stages": {}}
@@ -415,7 +406,7 @@ class RunStore:
 
             base = (self.local_cache_dir or cache_root() / "runs") / f"{self.name}-{digest}"
         else:
-            base = self.root / "cache"
+            base = self.root / layout.CACHE
         path = base / name
         if not path.resolve().is_relative_to(base.resolve()):
             raise StoreError(f"cache name {name!r} leaves the cache directory")
@@ -437,14 +428,14 @@ class RunStore:
             raise StoreError(f"runner.request_cache_store: sqlite needs a local run directory; "
                              f"{self.location} is remote: use files (or auto)")
         if store == "files":
-            return fsys.join(self.root, "cache", "requests"), store
-        return self.cache_path("requests"), store
+            return fsys.join(self.root, layout.CACHE, layout.REQUEST_CACHE), store
+        return self.cache_path(layout.REQUEST_CACHE), store
 
     def completed(self) -> dict[str, dict[str, Any]]:
         """``{stage: its _SUCCESS record}`` of every complete stage in the run directory."""
         out = {}
-        for name in self._dir.names("*", "stages"):
-            record = self._dir.read_json(self._dir.file(f"stages/{name}/{SUCCESS}"))
+        for name in self._dir.names("*", layout.STAGES):
+            record = self._dir.read_json(self._dir.file(layout.stage_file(name, SUCCESS)))
             if record is not None:
                 out[name] = record
         return out
@@ -490,7 +481,7 @@ class RunStore:
         """``dropped.parquet``: every dropped row of ``stages``, streamed shard by shard (the
         run's drops never sit in memory at once) into a local temp file, then renamed into
         place (local) or uploaded whole (object store)."""
-        target = self._dir.file("dropped.parquet")
+        target = self._dir.file(layout.DROPPED)
         with (fsys.write_via_local_file(self.fs, target) as tmp,
               pq.ParquetWriter(tmp, schema, compression="zstd") as writer):
             for name in stages:
@@ -502,7 +493,7 @@ class RunStore:
                         for batch in pq.ParquetFile(f).iter_batches(batch_size=4096,
                                                                     columns=schema.names):
                             writer.write_table(pa.Table.from_batches([batch]).cast(schema))
-        return self.artifact_location("dropped.parquet")
+        return self.artifact_location(layout.DROPPED)
 
     def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path | str:
         """Atomically write a side artifact; returns where it lives (a Path or a URI)."""

@@ -41,6 +41,7 @@ from typing import Any, Literal
 
 import pyarrow as pa
 import yaml
+from arenaforge.pipeline import layout
 from arenaforge.pipeline.apps.ablate_select import (
     ABLATION_RULES,
     BASELINE,
@@ -181,12 +182,12 @@ def emit_rule(table: pa.Table, plan: Plan, rule: str, out: Path, *, run_id: str,
     fp = _fingerprint("dataset", table_hash(sft))
     record_path = out / "dataset.json"
     record = _cached(record_path, fp)
-    folder = out / "dataset"
+    folder = out / layout.DATASET
     if record and all((folder / f).is_file() and file_sha256(folder / f) == sha
                       for f, sha in record["files"].items()):
         return record
     paths = write_dataset(sft, folder)
-    for stale in set(folder.glob("*-of-*.parquet")) - set(paths):
+    for stale in set(folder.glob(layout.DATASET_SHARDS)) - set(paths):
         stale.unlink()  # an earlier, differently sharded write
     judge_pick = {iid: table["model"][plan.picks["judge"][iid]].as_py()
                   for iid in plan.instruction_ids} if "judge" in plan.picks else None
@@ -215,7 +216,7 @@ def train_rule(train_cfg: Any, dataset_fp: str, out: Path) -> tuple[Path, str, b
     if is_model_dir(model_dir) and _cached(marker, fp):
         return model_dir, fp, True
     marker.unlink(missing_ok=True)  # a killed training must not pass for a finished one
-    cfg = TrainConfig.model_validate({**train_cfg.model_dump(), "datasets": [str(out / "dataset")],
+    cfg = TrainConfig.model_validate({**train_cfg.model_dump(), "datasets": [str(out / layout.DATASET)],
                                       "output_dir": model_dir})
     train(cfg)
     atomic_write_json(marker, {"fingerprint": fp, "dataset": dataset_fp, "recipe": recipe})
@@ -240,8 +241,8 @@ def eval_model(model_dir: Path, model_fp: str, out: Path, settings: EvalSettings
 
 
 def _run_thresholds(run_dir: Path, cfg: AblateConfig) -> tuple[float, float]:
-    run_cfg = yaml.safe_load((run_dir / "config.yaml").read_text()) if (
-        run_dir / "config.yaml").is_file() else {}
+    run_cfg = yaml.safe_load((run_dir / layout.CONFIG).read_text()) if (
+        run_dir / layout.CONFIG).is_file() else {}
     verify = (run_cfg or {}).get("verify") or {}
     return (cfg.min_pass_rate if cfg.min_pass_rate is not None
             else float(verify.get("min_pass_rate", 0.0)),

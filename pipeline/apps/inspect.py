@@ -14,12 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from arenaforge.pipeline.filesystem import display
+from arenaforge.pipeline.layout import AUDIT_REPORT, LEADERBOARD, RATINGS
 from arenaforge.pipeline.progress import Col, fit_table, funnel_table, stdout_console
 from arenaforge.pipeline.store import RunStore
 from rich.json import JSON
 
 # artifacts of the rate and audit stages that the summary shows
-RATINGS, LEADERBOARD, REPORT = "rate/ratings.parquet", "rate/leaderboard.md", "audit/report.html"
 
 # A human view shortens string values longer than this (instructions, answers); --json does not.
 _SAMPLE_CHARS = 2000
@@ -58,13 +58,13 @@ def run_summary(run_dir: Path | str) -> dict[str, Any]:
         import pyarrow.parquet as pq
 
         ratings = pq.read_table(pa.BufferReader(ratings)).to_pylist()
-    present = {relpath for relpath in (LEADERBOARD, REPORT) if store.has_artifact(relpath)}
+    present = {relpath for relpath in (LEADERBOARD, AUDIT_REPORT) if store.has_artifact(relpath)}
     return {"run_dir": store.location, "config_hash": manifest.get("config_hash"),
             "code_version": manifest.get("code_version"),
             "stages": [{"stage": name, **info} for name, info in _in_pipeline_order(manifest)],
             "ratings": ratings,
             "leaderboard": _shown(store, LEADERBOARD) if LEADERBOARD in present else None,
-            "audit_report": _shown(store, REPORT) if REPORT in present else None}
+            "audit_report": _shown(store, AUDIT_REPORT) if AUDIT_REPORT in present else None}
 
 
 def _shown(store: RunStore, relpath: str) -> str:

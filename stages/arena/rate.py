@@ -31,6 +31,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from arenaforge.pipeline.layout import BATTLES, LEADERBOARD, RATINGS
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.stages.arena.ratings import (
     bradley_terry,
@@ -256,9 +257,9 @@ def run(table: pa.Table, cfg: RateConfig, ctx: StageContext) -> StageResult:
                               "elo_expectation", "final_score", "winner", "margin"])
     out = _append_scores(table, scores, elo)
 
-    ctx.write_artifact("rate/ratings.parquet", pa.Table.from_pandas(ratings, preserve_index=False))
-    ctx.write_artifact("rate/battles.parquet", pa.Table.from_pandas(battles, preserve_index=False))
-    ctx.write_artifact("rate/leaderboard.md", leaderboard_markdown(ratings))
+    ctx.write_artifact(RATINGS, pa.Table.from_pandas(ratings, preserve_index=False))
+    ctx.write_artifact(BATTLES, pa.Table.from_pandas(battles, preserve_index=False))
+    ctx.write_artifact(LEADERBOARD, leaderboard_markdown(ratings))
     instructions = set(table.column("instruction_id").to_pylist())
     n_failed = int(bt["n_failed_bootstrap"].iloc[0]) if len(bt) else 0
     stats = {**counts, "battles_rated": len(battles), "models_rated": len(bt),

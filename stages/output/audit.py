@@ -61,6 +61,7 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from arenaforge.pipeline.layout import AUDIT_METRICS, AUDIT_REPORT, RATINGS
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_TESTS, PASSED
 from arenaforge.stages.output.audit_stats import (
@@ -183,8 +184,8 @@ def write_report(out_dir: Path, metrics: Mapping, ratings: pd.DataFrame | None =
     html = render_report(metrics, ratings, funnel)
     text = json.dumps(metrics, indent=2, sort_keys=True) + "\n"
     if write is not None:
-        write("audit/metrics.json", text)
-        return write("audit/report.html", html)
+        write(AUDIT_METRICS, text)
+        return write(AUDIT_REPORT, html)
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "metrics.json").write_text(text, encoding="utf-8")
@@ -225,7 +226,7 @@ def run(table: pa.Table, cfg: AuditConfig, ctx: StageContext) -> StageResult:
     funnel = ctx.funnel()
     metrics.update(verification_metrics(
         verify, repair, funnel["repair"].stats if "repair" in funnel else {}))
-    ratings = ctx.read_artifact(RATINGS_ARTIFACT)
+    ratings = ctx.read_artifact(RATINGS)
     ratings = pd.read_parquet(io.BytesIO(ratings)) if ratings is not None else None
     write_report(Path("audit"), metrics, ratings, funnel, write=ctx.write_artifact)
 
@@ -262,7 +263,6 @@ def audit_file(path: Path, out_dir: Path) -> Path:
     return write_report(out_dir, audit_table(table))
 
 
-RATINGS_ARTIFACT = "rate/ratings.parquet"
 
 STAGE = StageSpec(
     name="audit", config=AuditConfig, run=run, source="verify", sharded=False,
@@ -271,7 +271,7 @@ STAGE = StageSpec(
            "difficulty": ("instruction_id", "difficulty"),
            "rate": ("instruction_id", "model", "winner"),
            "repair": REFINE_COLUMNS},
-    optional=("difficulty", "repair"), artifacts=(RATINGS_ARTIFACT,),
+    optional=("difficulty", "repair"), artifacts=(RATINGS,),
     inputs=("instruction_id", "model", "status"),
     outputs=("judge_score", "gate_admitted"),
 )

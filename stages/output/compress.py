@@ -46,6 +46,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
+from arenaforge.pipeline.layout import EMBEDDINGS
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.stages.common.embeddings import (
     Precision,
@@ -59,7 +60,6 @@ from pydantic import Field, field_validator
 
 DROP_REASON = "not_selected"
 SEMANTIC_DUPLICATE = "semantic_duplicate"
-EMBEDDINGS_ARTIFACT = "compress/embeddings.parquet"
 
 
 class CompressConfig(StageConfig):
@@ -128,7 +128,7 @@ def run(table: pa.Table, cfg: CompressConfig, ctx: Any) -> StageResult:
     if cfg.normalize:
         emb = unit_rows(emb)
     ids = table.column("instruction_id").to_pylist()
-    ctx.write_artifact(EMBEDDINGS_ARTIFACT, embeddings_table(ids, emb, model_path, cfg.normalize,
+    ctx.write_artifact(EMBEDDINGS, embeddings_table(ids, emb, model_path, cfg.normalize,
                                                              precision))
 
     k = resolve_budget(cfg.budget, n)

@@ -39,6 +39,13 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from arenaforge.pipeline.layout import (
+    AUDIT_METRICS,
+    DATASET,
+    DATASET_CARD,
+    DATASET_SHARDS,
+    dataset_shard,
+)
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS, PASSED
 from arenaforge.stages.output.card import CardInfo, render_card
@@ -205,7 +212,7 @@ def plan_files(table: pa.Table, *, shard_rows: int, holdout_fraction: float,
             continue
         n_shards = max(1, -(-part.num_rows // shard_rows))
         for i in range(n_shards):
-            name = f"{split}-{i:05d}-of-{n_shards:05d}.parquet"
+            name = dataset_shard(split, i, n_shards)
             files[name] = part.slice(i * shard_rows, shard_rows)
     return files
 
@@ -334,10 +341,10 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
     files = plan_files(sft, shard_rows=cfg.shard_rows, holdout_fraction=cfg.holdout_fraction,
                        seed=ctx.seed)
     for name, part in files.items():
-        ctx.write_artifact(f"dataset/{name}", part)
+        ctx.write_artifact(f"{DATASET}/{name}", part)
     # A rerun with fewer rows writes fewer shards; an old "-of-00003" file left beside the new
     # ones would be read twice by every `train-*.parquet` glob.
-    ctx.remove_artifacts("dataset", "*-of-*.parquet", keep=sorted(files))
+    ctx.remove_artifacts(DATASET, DATASET_SHARDS, keep=sorted(files))
 
     counts = provenance_counts(sft)
     info = CardInfo(
@@ -350,7 +357,7 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
         models=_run_models(table, cfg, ctx), source_counts=_value_counts(sft, "source_model"),
         schema=SFT_SCHEMA, admit=cfg.admit, gate=_gate_report(ctx), **counts,
     )
-    ctx.write_artifact("dataset/README.md", render_card(info, ctx.model_spec))
+    ctx.write_artifact(DATASET_CARD, render_card(info, ctx.model_spec))
     stats = {f"rows_{split}": float(n) for split, n in info.split_sizes.items()}
     stats.update({name: float(n) for name, n in counts.items()})
     return StageResult(table=sft, dropped=dropped, stats=stats)
@@ -358,7 +365,7 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
 
 def _gate_report(ctx: StageContext) -> dict | None:
     """The audit's judge-gate section (``metrics.json``), None when the audit wrote none."""
-    raw = ctx.read_artifact(METRICS_ARTIFACT)
+    raw = ctx.read_artifact(AUDIT_METRICS)
     return json.loads(raw).get("gate") if raw is not None else None
 
 
@@ -370,8 +377,6 @@ def _reason_counts(dropped: pa.Table) -> dict[str, int]:
     return _value_counts(dropped, "reason") if dropped.num_rows else {}
 
 
-METRICS_ARTIFACT = "audit/metrics.json"
-
 STAGE = StageSpec(
     name="emit", config=EmitConfig, run=run, source="repair", sharded=False,
     reads={"answer": ("model",),
@@ -380,7 +385,7 @@ STAGE = StageSpec(
            "difficulty": ("instruction_id", "difficulty", "difficulty_votes"),
            "rate": ("instruction_id", "model", "final_score", "elo"),
            "audit": ("instruction_id", "model", "gate_admitted", "judge_score")},
-    artifacts=(METRICS_ARTIFACT,),
+    artifacts=(AUDIT_METRICS,),
     inputs=("instruction_id", "instruction", "model", "response", "status", "selected",
             *CARRIED),
     outputs=tuple(SFT_SCHEMA.names),

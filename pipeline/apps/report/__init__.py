@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import pandas as pd
+from arenaforge.pipeline import layout
 from arenaforge.pipeline.apps.report import plots
 
 TEMPLATE = Path(__file__).with_name("template.html.j2")
@@ -107,14 +108,14 @@ def build_report(run_dir: Path | str) -> Path | str:
     from arenaforge.stages.output.audit import audit_table, build_audit_rows, write_report
 
     store = RunStore(run_dir)  # a local path or a URI (s3://...)
-    text = store.read_artifact("audit/metrics.json")
+    text = store.read_artifact(layout.AUDIT_METRICS)
     if text is not None:
         metrics = json.loads(text.decode("utf-8"))
     else:
         rows = build_audit_rows(store.stage("judge").read().to_pandas(),
                                 store.stage("verify").read().to_pandas())
         metrics = audit_table(rows)
-    ratings = store.read_artifact("rate/ratings.parquet")
+    ratings = store.read_artifact(layout.RATINGS)
     ratings = pd.read_parquet(io.BytesIO(ratings)) if ratings is not None else None
     return write_report(Path("audit"), metrics, ratings, store.funnel(),
                         write=store.write_artifact)

@@ -15,6 +15,7 @@ from typing import Any
 import yaml
 from arenaforge.pipeline.apps.training.base_model import ensure_chat_template, resolve_model_dir
 from arenaforge.pipeline.apps.training.config import TrainConfig, load_train_config
+from arenaforge.pipeline.layout import DATASET
 
 log = logging.getLogger(__name__)
 
@@ -34,7 +35,7 @@ def dataset_files(refs: list[str], split: str = "train") -> list[str]:
     for ref in refs:
         path = Path(ref).expanduser()
         if path.is_dir():
-            folder = path / "dataset" if (path / "dataset").is_dir() else path
+            folder = path / DATASET if (path / DATASET).is_dir() else path
             found = sorted(str(p) for p in folder.glob(f"{split}-*.parquet"))
         elif split != "train":
             found = []  # an explicit file or glob names training data only

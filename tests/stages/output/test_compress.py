@@ -9,10 +9,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from arenaforge.pipeline.layout import EMBEDDINGS
 from arenaforge.pipeline.textnorm import instruction_id
 from arenaforge.stages.common.embeddings import cached_embeddings, resolve_model_path
 from arenaforge.stages.output.compress import (
-    EMBEDDINGS_ARTIFACT,
     STAGE,
     CompressConfig,
     first_center,
@@ -171,7 +171,7 @@ def test_minilm_run_selects_one_per_topic_and_reuses_the_cache(tmp_path):
     assert kept.column("miner").to_pylist() == ["m"] * 4  # other columns pass through
     assert out.stats["embeddings_computed"] == 20 and out.stats["embeddings_cached"] == 0
 
-    side = pq.read_table(tmp_path / EMBEDDINGS_ARTIFACT)
+    side = pq.read_table(tmp_path / EMBEDDINGS)
     assert side.num_rows == 20 and side.schema.metadata[b"normalized"] == b"true"
     emb = np.stack(side.column("embedding").to_pylist()).astype(np.float32)
     assert emb.shape == (20, 384)
@@ -224,7 +224,7 @@ def test_minilm_rewordings_are_dropped_as_semantic_duplicates(tmp_path):
         distance = float(row["detail"].split()[1])
         assert row["detail"].endswith(kept_factorial) and 0 <= distance < 0.5
     # kept rows are pairwise at least min_distance apart (the r-net property)
-    emb = pq.read_table(tmp_path / EMBEDDINGS_ARTIFACT)
+    emb = pq.read_table(tmp_path / EMBEDDINGS)
     vec = dict(zip(emb.column("instruction_id").to_pylist(),
                    np.stack(emb.column("embedding").to_pylist())))
     ids = out.table.column("instruction_id").to_pylist()
