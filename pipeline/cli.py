@@ -211,7 +211,7 @@ def report(run_dir: Annotated[str, typer.Argument(help="Run directory: a path or
 @app.command()
 def audit(table: Path, out: Annotated[Path, typer.Option(help="Output directory.")] = Path("audit")) -> None:
     """Audit judges against execution on your own table (see stages/output/audit.py for the schema)."""
-    from arenaforge.stages.output.audit import audit_file
+    from arenaforge.pipeline.apps.report import audit_file
 
     path = audit_file(table, out)
     console.print(f"audit written to {path}")

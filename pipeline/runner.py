@@ -311,6 +311,7 @@ def _write_run_summary(store: RunStore, funnel: Funnel) -> None:
     summary = {row.stage: {k: v for k, v in row.as_dict().items() if k != "stage"}
                for row in funnel}
     store.write_artifact(layout.STATS, json.dumps(summary, indent=2, sort_keys=True) + "\n")
+    render_audit_report(store, funnel)
 
 
 def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
@@ -390,6 +391,22 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     return RunResult(run_dir=run_dir, funnel=funnel, seconds=seconds)
 
 
+def render_audit_report(store: RunStore, funnel: Funnel) -> None:
+    """Have the report application render ``audit/report.html`` from the audit's metrics.
+
+    The audit stage writes only ``audit/metrics.json`` (a stage never imports an application);
+    the page shows the metrics, the ratings and the whole funnel, so it is rendered again
+    when any stage was recomputed in this run, or when it is missing.
+    """
+    if not store.has_artifact(layout.AUDIT_METRICS):
+        return
+    if store.has_artifact(layout.AUDIT_REPORT) and all(s.recomputed is None for s in funnel):
+        return
+    from arenaforge.pipeline.apps.report import build_report
+
+    build_report(store)
+
+
 __all__ = [
     "ContractChainError",
     "ModelUnavailableError",
@@ -399,6 +416,7 @@ __all__ = [
     "check_chain",
     "check_models_available",
     "plan_shards",
+    "render_audit_report",
     "run_pipeline",
     "run_stage",
     "run_stages",

@@ -271,6 +271,6 @@ def test_graph_command_prints_every_stage_and_its_reads():
     assert list(nodes) == list(PIPELINE)
     assert nodes["emit"]["reads"]["difficulty"] == ["instruction_id", "difficulty",
                                                     "difficulty_votes"]
-    assert nodes["audit"]["artifacts"] == ["rate/ratings.parquet"]
+    assert nodes["emit"]["artifacts"] == ["audit/metrics.json"]
     text = CliRunner().invoke(app, ["graph", str(root / "configs" / "smoke.yaml")]).output
     assert "reads rate: instruction_id, model, final_score, elo" in text

@@ -9,13 +9,15 @@ the funnel.
 
 Output: the input rows plus ``judge_score`` (mean 0-3 judge score of the answer, null when
 none parsed) and ``gate_admitted`` (for ``no_tests`` rows: whether the calibrated gate admits
-them; null for rows that had tests). Artifacts:
-``audit/metrics.json`` and ``audit/report.html`` (self-contained, see ``arenaforge.pipeline.apps.report``).
+them; null for rows that had tests). Artifact:
+``audit/metrics.json``. The stage renders nothing: after the run the runner has the report
+application (``arenaforge.pipeline.apps.report``) render ``audit/report.html`` from it, and
+``arenaforge report RUN_DIR`` rebuilds that page.
 
 Your own data: ``audit_table(table)`` takes one row per judge verdict and order with the
 execution status of both answers (columns in ``arenaforge.stages.output.audit_stats``) and returns the same
-metrics dict; ``audit_file(path, out_dir)`` writes metrics.json and report.html for a Parquet,
-CSV or JSON-lines file.
+metrics dict; ``arenaforge.pipeline.apps.report.audit_file(path, out_dir)`` (``arenaforge
+audit``) writes metrics.json and report.html for a Parquet, CSV or JSON-lines file.
 
 ``metrics.json`` schema (version 1; rates are fractions, intervals exact 95%; an
 "agreement" is ``{k, n, rate, ci_low, ci_high, kappa, judge_ties}``, rate null when n = 0)::
@@ -51,17 +53,15 @@ CSV or JSON-lines file.
 
 from __future__ import annotations
 
-import io
 import json
 import logging
-from collections.abc import Mapping, Sequence
-from pathlib import Path
+from collections.abc import Mapping
 from typing import Literal
 
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from arenaforge.pipeline.layout import AUDIT_METRICS, AUDIT_REPORT, RATINGS
+from arenaforge.pipeline.layout import AUDIT_METRICS
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_TESTS, PASSED
 from arenaforge.stages.output.audit_stats import (
@@ -176,21 +176,9 @@ def winner_pass_rate(rate: pd.DataFrame, verify: pd.DataFrame) -> dict:
             if executable(every).any() else None}
 
 
-def write_report(out_dir: Path, metrics: Mapping, ratings: pd.DataFrame | None = None,
-                 funnel: Mapping | Sequence | None = None, write=None) -> Path:
-    """Write ``metrics.json`` and ``report.html``; ``write(relpath, text)`` overrides I/O."""
-    from arenaforge.pipeline.apps.report import render_report
-
-    html = render_report(metrics, ratings, funnel)
-    text = json.dumps(metrics, indent=2, sort_keys=True) + "\n"
-    if write is not None:
-        write(AUDIT_METRICS, text)
-        return write(AUDIT_REPORT, html)
-    out_dir = Path(out_dir)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "metrics.json").write_text(text, encoding="utf-8")
-    (out_dir / "report.html").write_text(html, encoding="utf-8")
-    return out_dir / "report.html"
+def metrics_json(metrics: Mapping) -> str:
+    """The text of ``metrics.json`` (sorted keys, so equal metrics are equal files)."""
+    return json.dumps(metrics, indent=2, sort_keys=True) + "\n"
 
 
 def _families(ctx: StageContext, models: set[str]) -> dict[str, str]:
@@ -204,7 +192,7 @@ def _families(ctx: StageContext, models: set[str]) -> dict[str, str]:
 
 
 def run(table: pa.Table, cfg: AuditConfig, ctx: StageContext) -> StageResult:
-    """Audit the run's judges, write metrics.json and report.html, gate untested rows."""
+    """Audit the run's judges, write metrics.json, gate untested rows."""
     verify = table.to_pandas()
     judge = ctx.read("judge").to_pandas()
     try:
@@ -226,9 +214,7 @@ def run(table: pa.Table, cfg: AuditConfig, ctx: StageContext) -> StageResult:
     funnel = ctx.funnel()
     metrics.update(verification_metrics(
         verify, repair, funnel["repair"].stats if "repair" in funnel else {}))
-    ratings = ctx.read_artifact(RATINGS)
-    ratings = pd.read_parquet(io.BytesIO(ratings)) if ratings is not None else None
-    write_report(Path("audit"), metrics, ratings, funnel, write=ctx.write_artifact)
+    ctx.write_artifact(AUDIT_METRICS, metrics_json(metrics))
 
     keys = pd.MultiIndex.from_arrays([verify["instruction_id"], verify["model"]])
     per = answers.set_index(["instruction_id", "model"]).reindex(keys)
@@ -249,20 +235,6 @@ def run(table: pa.Table, cfg: AuditConfig, ctx: StageContext) -> StageResult:
     return StageResult(table=out, stats={k: float(v) for k, v in stats.items()})
 
 
-def audit_file(path: Path, out_dir: Path) -> Path:
-    """Audit a user's table (Parquet, CSV or JSON lines) into ``out_dir``; returns report.html."""
-    path = Path(path)
-    if path.suffix == ".parquet":
-        table = pd.read_parquet(path)
-    elif path.suffix == ".csv":
-        table = pd.read_csv(path)
-    elif path.suffix in (".jsonl", ".json"):
-        table = pd.read_json(path, lines=path.suffix == ".jsonl")
-    else:
-        raise ValueError(f"{path}: expected .parquet, .csv, .jsonl or .json")
-    return write_report(out_dir, audit_table(table))
-
-
 
 STAGE = StageSpec(
     name="audit", config=AuditConfig, run=run, source="verify", sharded=False,
@@ -271,7 +243,7 @@ STAGE = StageSpec(
            "difficulty": ("instruction_id", "difficulty"),
            "rate": ("instruction_id", "model", "winner"),
            "repair": REFINE_COLUMNS},
-    optional=("difficulty", "repair"), artifacts=(RATINGS,),
+    optional=("difficulty", "repair"),
     inputs=("instruction_id", "model", "status"),
     outputs=("judge_score", "gate_admitted"),
 )

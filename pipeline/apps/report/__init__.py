@@ -1,8 +1,11 @@
 """The audit report: one self-contained HTML page (inline CSS, plots as base64 PNG, no JS).
 
 ``render_report(metrics, ratings=None, funnel=None)`` fills ``template.html.j2`` with the
-metrics dict of ``arenaforge.stages.output.audit.audit_table`` (schema in ``stages/output/audit.py``), the ratings
-table of the ``rate`` stage and the run's funnel.
+metrics dict of ``arenaforge.stages.output.audit.audit_table`` (its schema is that module's
+docstring), the ratings table of the ``rate`` stage and the run's funnel. The audit stage writes
+only ``audit/metrics.json``; ``build_report`` renders a run's page from it (the runner calls it
+after a run that audited, ``arenaforge report`` on demand) and ``audit_file`` audits a user's
+own table (``arenaforge audit``).
 """
 
 from __future__ import annotations
@@ -11,6 +14,7 @@ import datetime as _dt
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 from arenaforge.pipeline import layout
@@ -95,19 +99,52 @@ def render_report(metrics: Mapping, ratings: pd.DataFrame | None = None,
         leaderboard=None if board is None else board.to_dict(orient="records"))
 
 
-def build_report(run_dir: Path | str) -> Path | str:
-    """(Re)build ``audit/report.html`` of a run from its ``audit/metrics.json``.
+def write_report(out_dir: Path, metrics: Mapping, ratings: pd.DataFrame | None = None,
+                  funnel: Mapping | Sequence | None = None) -> Path:
+    """Write ``metrics.json`` and ``report.html`` into a local folder; returns the page."""
+    from arenaforge.stages.output.audit import metrics_json
+
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / Path(layout.AUDIT_METRICS).name).write_text(metrics_json(metrics),
+                                                           encoding="utf-8")
+    page = out_dir / Path(layout.AUDIT_REPORT).name
+    page.write_text(render_report(metrics, ratings, funnel), encoding="utf-8")
+    return page
+
+
+def audit_file(path: Path, out_dir: Path) -> Path:
+    """Audit a user's table (Parquet, CSV or JSON lines) into ``out_dir``; returns report.html."""
+    from arenaforge.stages.output.audit import audit_table
+
+    path = Path(path)
+    if path.suffix == ".parquet":
+        table = pd.read_parquet(path)
+    elif path.suffix == ".csv":
+        table = pd.read_csv(path)
+    elif path.suffix in (".jsonl", ".json"):
+        table = pd.read_json(path, lines=path.suffix == ".jsonl")
+    else:
+        raise ValueError(f"{path}: expected .parquet, .csv, .jsonl or .json")
+    return write_report(out_dir, audit_table(table))
+
+
+def build_report(run_dir: Any) -> Path | str:
+    """(Re)build ``audit/report.html`` of a run (its path, URI or ``RunStore``) from its
+    ``audit/metrics.json``.
 
     Without metrics.json (the audit stage did not run) the metrics are computed from the
-    stored ``judge`` and ``verify`` outputs with default settings and no families.
+    stored ``judge`` and ``verify`` outputs with default settings and no families, and written
+    beside the page.
     """
     import io
     import json
 
     from arenaforge.pipeline.store import RunStore
-    from arenaforge.stages.output.audit import audit_table, build_audit_rows, write_report
+    from arenaforge.stages.output.audit import audit_table, build_audit_rows, metrics_json
 
-    store = RunStore(run_dir)  # a local path or a URI (s3://...)
+    # a local path or a URI (s3://...)
+    store = run_dir if isinstance(run_dir, RunStore) else RunStore(run_dir)
     text = store.read_artifact(layout.AUDIT_METRICS)
     if text is not None:
         metrics = json.loads(text.decode("utf-8"))
@@ -115,7 +152,8 @@ def build_report(run_dir: Path | str) -> Path | str:
         rows = build_audit_rows(store.stage("judge").read().to_pandas(),
                                 store.stage("verify").read().to_pandas())
         metrics = audit_table(rows)
+        store.write_artifact(layout.AUDIT_METRICS, metrics_json(metrics))
     ratings = store.read_artifact(layout.RATINGS)
     ratings = pd.read_parquet(io.BytesIO(ratings)) if ratings is not None else None
-    return write_report(Path("audit"), metrics, ratings, store.funnel(),
-                        write=store.write_artifact)
+    return store.write_artifact(layout.AUDIT_REPORT,
+                                render_report(metrics, ratings, store.funnel()))

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from arenaforge.stages.output.audit import write_report
+from arenaforge.pipeline.apps.report import write_report
 
 from tests.apps.report.report_data import FUNNEL, RATINGS
 

@@ -9,10 +9,10 @@ import numpy as np
 import pandas as pd
 import pyarrow as pa
 import pytest
+from arenaforge.pipeline.apps.report import build_report
 from arenaforge.stages.output.audit import (
     STAGE,
     AuditConfig,
-    audit_file,
     audit_table,
     build_audit_rows,
     run,
@@ -63,7 +63,7 @@ def test_audit_table_schema_and_values():
         audit_table(rows, gate_epsilonn=0.2)
 
 
-def test_audit_stage_writes_metrics_report_and_gate_columns(tmp_path):
+def test_audit_stage_writes_metrics_and_gate_columns_and_the_report_shows_them(tmp_path):
     judge, verify = split_tables(synthetic_audit(n=300, seed=6))
     rate = verify[["instruction_id", "model"]].assign(winner="m1")
     ratings = pd.DataFrame({"model": ["m1", "m2"], "rating": [1010.0, 990.0],
@@ -91,7 +91,8 @@ def test_audit_stage_writes_metrics_report_and_gate_columns(tmp_path):
     assert metrics["winners"]["instructions"] == verify["instruction_id"].nunique()
     assert "self_preference" in metrics and "kin" in metrics["self_preference"]
     assert result.stats["separated_battles"] == metrics["judges"]["separated_battles"]
-    html = (tmp_path / "audit" / "report.html").read_text()
+    assert not (tmp_path / "audit" / "report.html").exists()  # the stage renders nothing
+    html = build_report(tmp_path).read_text()  # what the runner does after the run
     assert "Leaderboard" in html and "m1" in html and "data:image/png;base64," in html
 
 
@@ -105,6 +106,8 @@ def test_build_audit_rows_rejects_duplicate_status():
 
 @pytest.mark.parametrize("suffix", [".parquet", ".csv", ".jsonl"])
 def test_audit_file_on_user_tables(tmp_path, suffix):
+    from arenaforge.pipeline.apps.report import audit_file
+
     rows = synthetic_audit(n=60, seed=2)
     path = tmp_path / f"mine{suffix}"
     {".parquet": lambda: rows.to_parquet(path), ".csv": lambda: rows.to_csv(path, index=False),
