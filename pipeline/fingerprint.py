@@ -27,7 +27,6 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-PROMPTS_DIR = Path(__file__).resolve().parent / "prompts"
 _ROOT = Path(__file__).resolve().parent.parent
 
 # The stage contract, the package version and the machinery that runs stages and stores their
@@ -108,20 +107,22 @@ def code_digests(module: str) -> Mapping[str, str]:
     return dict(sorted(out.items()))
 
 
-def prompt_digests(patterns: Iterable[str], prompts_dir: Path | None = None) -> dict[str, str]:
-    """``{file: sha256}`` of the prompt templates matching ``patterns`` (missing: an error)."""
-    base = prompts_dir or PROMPTS_DIR
+def prompt_digests(patterns: Iterable[str]) -> dict[str, str]:
+    """``{template: sha256}`` of the prompt templates matching ``patterns``: globs of template
+    names (``arenaforge.pipeline.prompts``), keyed by name, or absolute paths (a stage outside
+    the project), keyed by path. A glob that matches nothing is an error."""
+    from arenaforge.pipeline.prompts import template_files
+
     out = {}
     for pattern in patterns:
         if Path(pattern).is_absolute():
             matches = sorted(Path(pattern).parent.glob(Path(pattern).name))
+            if not matches:
+                raise FileNotFoundError(f"prompt template {pattern!r} matches no file")
+            out.update({str(p): hashlib.sha256(p.read_bytes()).hexdigest()[:16] for p in matches})
         else:
-            matches = sorted(base.glob(pattern))
-        if not matches:
-            raise FileNotFoundError(f"prompt template {pattern!r} matches no file in {base}")
-        for path in matches:
-            key = path.name if path.parent == base else str(path)
-            out[key] = hashlib.sha256(path.read_bytes()).hexdigest()[:16]
+            out.update({p.name: hashlib.sha256(p.read_bytes()).hexdigest()[:16]
+                        for p in template_files([pattern])})
     return dict(sorted(out.items()))
 
 

@@ -6,7 +6,7 @@ one answer passes have a known winner; each protocol of the ``judge`` stage judg
 one judge model, and the script prints, per protocol:
 
 - single-order agreement: each order's own reading counted as one judgement (what a judge
-  shown one order only would say; the measurement quoted in DESIGN.md counts this way);
+  shown one order only would say; the judge card in docs/VALIDITY.md counts this way too);
 - agreement per battle after combining the two orders as ``rate`` does (equal -> that verdict,
   different -> tie, any unparsed -> no verdict), with a Clopper-Pearson 95% interval
   (``scipy.stats.binomtest``); a tie or no verdict counts as disagreement;
@@ -39,6 +39,7 @@ import pyarrow.parquet as pq
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from arenaforge.pipeline.prompts import template_files
 from arenaforge.pipeline.textnorm import instruction_id
 from arenaforge.stages.arena import answer as answer_stage
 from arenaforge.stages.arena import judge as judge_stage
@@ -90,9 +91,10 @@ def build_pairs(args, ctx: ScriptContext) -> tuple[pa.Table, dict[str, str], dic
     Returns:
         (answer rows of the pairs, winner model per instruction_id, counts).
     """
-    from arenaforge.pipeline.apps.evaluate import CHAT_TEMPLATE_FILE, load_problems
+    from arenaforge.pipeline.apps.evaluate import CHAT_TEMPLATE, load_problems
+    from arenaforge.pipeline.prompts import template_path
 
-    template = CHAT_TEMPLATE_FILE.read_text(encoding="utf-8")
+    template = template_path(CHAT_TEMPLATE).read_text(encoding="utf-8")
     problems = load_problems("humaneval", args.max_problems)
     cfg = answer_stage.AnswerConfig(experts=args.contestants, max_tokens=args.answer_max_tokens,
                                     system_prompt=args.system_prompt or None)
@@ -135,7 +137,7 @@ def judged(protocol: str, pairs: pa.Table, args, ctx: ScriptContext) -> tuple[pa
     """The judge stage's rows for one protocol (cached on inputs, config and templates)."""
     cfg = judge_stage.JudgeConfig(protocol=protocol, judges=[args.judge],
                                   max_tokens=args.judge_max_tokens)
-    templates = sorted((jp.PROMPTS).glob("judge_*.txt"))
+    templates = template_files(["judge_*.txt"])
     key = hashlib.sha256(json.dumps([
         cfg.model_dump(mode="json"), pairs.select(["instruction_id", "model", "response"])
         .to_pylist(), [t.read_text() for t in templates]]).encode()).hexdigest()[:16]

@@ -1,7 +1,7 @@
 """What the load generator's simulated experts write (``scripts/load_server.py`` serves it).
 
 Replies are deterministic, keyed by the expert, the request's text and its seed, and plausible
-for each prompt the stages send (``pipeline/prompts``); which prompt a request is comes from its
+for each prompt the stages send (their templates, ``arenaforge.pipeline.prompts``); which prompt a request is comes from its
 system turn (chat) or the last line of the logprob templates (raw prompts). The task of a
 request is recognised with ``synth_arena.task_of``.
 
@@ -24,10 +24,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from arenaforge.pipeline.prompts import load_template
 from scale_instructions import reference, task_request
 from synth_arena import Family, _answer, _source, task_of
 
-PROMPTS = Path(__file__).resolve().parents[1] / "pipeline" / "prompts"
 _TOKEN = re.compile(r" ?[A-Za-z]+| ?\d| ?[^\sA-Za-z\d]|\s+")
 _FENCED = re.compile(r"<<<\n(.*?)\n>>>", re.DOTALL)
 JUDGE_ERROR_RATE = 0.1
@@ -36,7 +36,7 @@ REPAIR_SUCCESS = 0.5
 
 
 def _prompt(name: str) -> str:
-    return (PROMPTS / name).read_text(encoding="utf-8").strip()
+    return load_template(name)
 
 
 def _last_line(name: str) -> str:

@@ -11,7 +11,7 @@ what was served. Every reply waits ``ms_per_token`` per generated token plus
 engines, sets the pace once they are fast.
 
 Replies are deterministic, keyed by the expert, the request's text and its seed, and plausible
-for each prompt the stages send (``pipeline/prompts``; written by ``scripts/load_replies.py``):
+for each prompt the stages send (their templates; written by ``scripts/load_replies.py``):
 the task of a request is recognised with ``synth_arena.task_of``, and
 
 * an answer is the family's reference code with the expert's ``skill`` probability, otherwise a

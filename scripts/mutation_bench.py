@@ -57,10 +57,10 @@ OFFICIAL_TIMEOUT_S = 10.0
 
 def instruction(problem: dict[str, Any]) -> str:
     """What the experts are asked: ``arenaforge eval``'s chat prompt for the problem."""
-    from arenaforge.pipeline.apps.evaluate import CHAT_TEMPLATE_FILE
-    from arenaforge.stages.common.prompt_templates import fill, load_template
+    from arenaforge.pipeline.apps.evaluate import CHAT_TEMPLATE
+    from arenaforge.pipeline.prompts import fill, load_template
 
-    return fill(load_template(CHAT_TEMPLATE_FILE.name), prompt=problem["prompt"])
+    return fill(load_template(CHAT_TEMPLATE), prompt=problem["prompt"])
 
 
 def _run_stage(name: str, table: pa.Table, stage_cfg: Any, ctx: Any, out: Path) -> dict:

@@ -13,7 +13,7 @@ from arenaforge.pipeline.capability_check import (
     stage_needs,
 )
 from arenaforge.pipeline.config import ConfigError, load_config
-from arenaforge.pipeline.fingerprint import PROMPTS_DIR
+from arenaforge.pipeline.prompts import template_path
 from arenaforge.stages import get_stage
 from arenaforge.stages.arena import protocols as jp
 from arenaforge.stages.instructions import difficulty
@@ -41,7 +41,7 @@ def test_every_protocol_template_exists_and_is_fingerprinted(stage, registry):
     globs = get_stage(stage).prompts
     for protocol in registry.values():
         for name in protocol.templates:
-            assert (PROMPTS_DIR / name).is_file(), name
+            assert template_path(name).is_file(), name
             assert any(fnmatch(name, g) for g in globs), (name, globs)
 
 

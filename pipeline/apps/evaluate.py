@@ -33,7 +33,7 @@ PromptStyle = Literal["auto", "completion", "chat"]
 CANONICAL = "canonical"
 # The stop sequences of the Codex paper: the function body ends where top-level code starts.
 CODEX_STOPS = ("\nclass", "\ndef", "\n#", "\nif", "\nprint")
-CHAT_TEMPLATE_FILE = Path(__file__).parents[1] / "prompts" / "eval_humaneval_chat.txt"
+CHAT_TEMPLATE = "eval_humaneval_chat.txt"  # in pipeline/apps/prompts
 
 
 def load_problems(suite: str = "humaneval", limit: int | None = None) -> list[dict[str, Any]]:
@@ -129,9 +129,9 @@ def generate(model: str, problems: list[dict[str, Any]], *, n_samples: int, temp
                                 seed=seed,
                                 stop=CODEX_STOPS if style == "completion" else ())
         if style == "chat":
-            from arenaforge.stages.common.prompt_templates import fill, load_template
+            from arenaforge.pipeline.prompts import fill, load_template
 
-            template = load_template(CHAT_TEMPLATE_FILE.name)
+            template = load_template(CHAT_TEMPLATE)
             convs = [[{"role": "user", "content": fill(template, prompt=p["prompt"])}]
                      for p in problems]
             outs = backend.chat(convs, params)

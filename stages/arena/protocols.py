@@ -6,7 +6,7 @@ pure: a failure is ``None`` + an error, never a default score), how it turns a b
 replies into verdicts (:meth:`~JudgeProtocol.judge`) and the backend capability it ``needs``.
 The stage (:mod:`arenaforge.stages.arena.judge`) sends the requests through the reader of that capability, and
 ``arenaforge config validate`` checks the capability against each judge's backend. Adding a
-protocol is adding one class here and its template in ``pipeline/prompts/judge_*.txt``.
+protocol is adding one class here and its template in ``stages/arena/prompts/judge_*.txt``.
 
 - ``pairwise``: both answers shown, short step-by-step reasoning, then ``Verdict: [[A]]``,
   ``[[B]]`` or ``[[C]]`` (tie), the MT-Bench format. One generation per order.
@@ -26,9 +26,10 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal, Protocol
 
 from arenaforge.pipeline.backends.capabilities import Capability
+from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.stages.arena.judge_logits import BACKEND_ERROR, choice_reading, expected_score
 from arenaforge.stages.arena.judge_verdicts import (
     ORDERS,
@@ -41,15 +42,24 @@ from arenaforge.stages.arena.judge_verdicts import (
     to_model_verdict,
     verdict_from_scores,
 )
-from arenaforge.stages.common.prompt_templates import PROMPTS, fill, load_template
 
 if TYPE_CHECKING:
     from arenaforge.pipeline.backends.base import Completion, LogprobReading
-    from arenaforge.stages.arena.judge import JudgeConfig
 
-__all__ = ["ORDERS", "PROMPTS", "PROTOCOLS", "Battle", "JudgeProtocol", "Judgement", "Reply",
+__all__ = ["ORDERS", "PROTOCOLS", "Battle", "JudgeProtocol", "Judgement", "Reply",
            "debiased_probability", "fill", "first_chosen", "parse_score", "parse_verdict",
            "to_model_verdict", "verdict_from_scores"]
+
+
+class JudgeSettings(Protocol):
+    """What a protocol reads of the judge stage's config (``JudgeConfig`` of
+    ``arenaforge.stages.arena.judge`` has these fields; the stage imports this module, never
+    the other way round)."""
+
+    min_choice_mass: float
+    prob_tie_margin: float
+    score_tie_margin: float
+
 
 SYSTEM_TEMPLATE, REFERENCE_TEMPLATE = "judge_system.txt", "judge_reference.txt"
 # Single tokens whose probabilities the logprob protocols read; a leading space is a different
@@ -121,7 +131,7 @@ def _errors(*labelled: tuple[str, str | None]) -> str | None:
 class JudgeProtocol:
     """One judge protocol: template, requests, parsing, verdicts and the capability it needs.
 
-    Subclasses set ``name``, ``template`` (a file in ``pipeline/prompts``), ``needs`` and
+    Subclasses set ``name``, ``template`` (a file in ``stages/arena/prompts``), ``needs`` and
     ``shows_pair`` (both answers per request, one request per order; else one answer per
     request: see :class:`SequentialScoring`), and implement ``parse`` and ``judge``.
     """
@@ -174,12 +184,12 @@ class JudgeProtocol:
         """The second round, built on the first round's parsed ``replies`` (none by default)."""
         return {}
 
-    def parse(self, reply: Any, cfg: JudgeConfig) -> Reply:
+    def parse(self, reply: Any, cfg: JudgeSettings) -> Reply:
         """One backend reply (a ``Completion`` or a ``LogprobReading``) as a :class:`Reply`."""
         raise NotImplementedError
 
     def judge(self, battle: Battle, replies: Mapping[Key, Reply],
-              cfg: JudgeConfig) -> dict[str, Judgement]:
+              cfg: JudgeSettings) -> dict[str, Judgement]:
         """The battle's judgement per order, from the parsed replies of both rounds."""
         raise NotImplementedError
 
@@ -192,7 +202,7 @@ class GenerativeProtocol(JudgeProtocol):
     # ``text -> (value, rationale, error)``: the written verdict, or ``None`` and why not
     parse_text: ClassVar[Callable[[str | None], tuple[Any, str | None, str | None]]]
 
-    def parse(self, reply: Completion, cfg: JudgeConfig) -> Reply:
+    def parse(self, reply: Completion, cfg: JudgeSettings) -> Reply:
         if reply.error is not None:
             return Reply(None, reply.text, BACKEND_ERROR + reply.error)
         # A verdict written before the budget ran out is still a verdict; a reply cut before
@@ -209,7 +219,7 @@ class LogprobProtocol(JudgeProtocol):
     spellings: ClassVar[Mapping[str, tuple[str, ...]]]
     retry_prefill: ClassVar[str]
 
-    def parse(self, reply: LogprobReading, cfg: JudgeConfig) -> Reply:
+    def parse(self, reply: LogprobReading, cfg: JudgeSettings) -> Reply:
         probs, raw, error = choice_reading(reply, self.spellings, cfg.min_choice_mass)
         return Reply(probs, raw, error)
 
@@ -332,7 +342,7 @@ class SequentialScoring(JudgeProtocol):
                                       verdict_from_scores(sa, sb, margin), "; ".join(errors) or None)
                 for order, (ra, rb, sa, sb) in per_order.items()}
 
-    def tie_margin(self, cfg: JudgeConfig) -> float:
+    def tie_margin(self, cfg: JudgeSettings) -> float:
         return 0.0
 
     def judgement(self, battle: Battle, ra: Reply | None, rb: Reply | None, sa: float | None,

@@ -16,7 +16,7 @@ the 1-9 vote of the 0.5B judge is nearly flat (4.7-5.5), while its P(Yes) ranks 
 Rows without a valid vote are dropped as ``no_valid_vote``, with fewer than ``min_valid_votes``
 as ``too_few_valid_votes``; rows whose
 mean is below ``min_difficulty`` as ``below_min_difficulty``. The prompts live in
-``pipeline/prompts/difficulty_*.txt``. Two protocols, one object each in ``PROTOCOLS`` (its
+``stages/instructions/prompts/difficulty_*.txt``. Two protocols, one object each in ``PROTOCOLS`` (its
 templates, its request, its pure parsing and the backend capability it needs, which
 ``arenaforge config validate`` checks against each judge):
 
@@ -40,10 +40,10 @@ from typing import ClassVar, Literal
 
 import pyarrow as pa
 from arenaforge.pipeline.backends.capabilities import Capability, JudgedSection
+from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.stages.arena import judge_logits
 from arenaforge.stages.arena.judge_logits import BACKEND_ERROR, choice_reading, expected_score
-from arenaforge.stages.common.prompt_templates import fill, load_template
 from pydantic import Field
 
 SCORE_MIN, SCORE_MAX = 1, 10

@@ -34,9 +34,9 @@ from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
+from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import FAILED_STATUSES, NO_ENTRY_POINT, PASSED
-from arenaforge.stages.common.prompt_templates import fill, load_template
 from arenaforge.stages.verification.grading import Graded, grade
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, Suite, trusted_suites
 from arenaforge.stages.verification.test_parsing import extract_program, probe_program

@@ -47,8 +47,8 @@ from collections import defaultdict
 from typing import Any, Literal
 
 import pyarrow as pa
+from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
-from arenaforge.stages.common.prompt_templates import fill, load_template
 from arenaforge.stages.verification.augment import (
     extract_generator,
     generator_program,

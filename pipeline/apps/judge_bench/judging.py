@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pyarrow as pa
 import pyarrow.parquet as pq
+from arenaforge.pipeline.prompts import load_template
 from arenaforge.stages.arena import judge as judge_stage
 from arenaforge.stages.arena import protocols as jp
-from arenaforge.stages.common.prompt_templates import load_template
 
 VERDICT_COLUMNS = ("pair_id", "variant", "seconds")
 MAX_HIT_SHARE = 0.2  # a chunk's seconds count as its cost when the cache answered at most this

@@ -46,10 +46,10 @@ def load_benchmark(problems: str, limit: int | None) -> list[dict[str, Any]]:
 
 def instruction(problem: dict[str, Any]) -> str:
     """What a contestant is asked (and what the judge sees as the question)."""
-    from arenaforge.pipeline.apps.evaluate import CHAT_TEMPLATE_FILE
-    from arenaforge.stages.common.prompt_templates import fill, load_template
+    from arenaforge.pipeline.apps.evaluate import CHAT_TEMPLATE
+    from arenaforge.pipeline.prompts import fill, load_template
 
-    return fill(load_template(CHAT_TEMPLATE_FILE.name), prompt=problem["prompt"])
+    return fill(load_template(CHAT_TEMPLATE), prompt=problem["prompt"])
 
 
 def canonical_answer(problem: dict[str, Any]) -> str:
