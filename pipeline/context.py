@@ -6,7 +6,8 @@ shards loads each model once, like an actor would.
 
 ``run_dir`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/runs/r1``): every read and
 write in it goes through ``arenaforge.pipeline.store.RunStore``. ``cache_dir`` is always local (see
-``RunStore.cache_dir``); the request cache follows ``runner.request_cache_store``.
+``RunStore.cache_path``) and a stage gets a cache as a ``table_cache`` (it never sees the
+folder); the request cache follows ``runner.request_cache_store``.
 """
 
 from __future__ import annotations
@@ -256,9 +257,10 @@ class RunContext:
     def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path | str:
         return self.store().write_artifact(relpath, data)
 
-    def cache_dir(self, name: str) -> Path:
-        """A local cache directory of this run (the store owns where it lives)."""
-        return self.store().cache_dir(name)
+    def table_cache(self, name: str) -> Any:
+        """A local cache of this run as Parquet parts (``arenaforge.pipeline.store.TableCache``;
+        the store owns where it lives and how a part is written)."""
+        return self.store().table_cache(name)
 
     def advance(self, rows: int) -> None:
         self.progress_rows += rows

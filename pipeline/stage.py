@@ -87,8 +87,22 @@ class StageContext(Protocol):
     def write_artifact(self, relpath: str, data: bytes | str | pa.Table) -> Path | str:
         """Atomically write a side artifact (ratings table, report) under the run directory."""
 
-    def cache_dir(self, name: str) -> Path:
-        """A cache directory of the run (``embeddings/<model>``), created; the store owns where."""
+    def table_cache(self, name: str) -> TableCache:
+        """A cache of the run (``embeddings/<model>``): Parquet parts the stage names, reads and
+        writes; the store owns where it lives and writes each part atomically."""
+
+
+class TableCache(Protocol):
+    """A run's cache of tables, as ``StageContext.table_cache`` hands it to a stage."""
+
+    def parts(self) -> list[str]:
+        """The names of the parts written so far, sorted."""
+
+    def read(self, name: str) -> pa.Table | None:
+        """The part ``name``, or None when it was never written."""
+
+    def write(self, name: str, table: pa.Table) -> None:
+        """Write the part ``name`` atomically (readers see no part or the whole one)."""
 
 
 RunFn = Callable[[pa.Table, StageConfig, StageContext], "pa.Table | StageResult"]
@@ -117,7 +131,8 @@ class StageSpec:
             raises ``KeyError``).
         artifacts: side artifacts of earlier stages the stage reads (``"rate/ratings.parquet"``,
             through ``ctx.read_artifact``); the first path part names the producing stage.
-        prompts: prompt templates the stage fills (globs under ``pipeline/prompts``, or absolute
+        prompts: prompt templates the stage fills (globs of template names, which live in the
+            ``prompts/`` folder beside the stage: ``arenaforge.pipeline.prompts``; or absolute
             paths); their text is part of the stage's resume fingerprint, like its code.
         uses_models: True when the stage calls LLM backends (the runner sizes its pool).
     """

@@ -104,6 +104,31 @@ def _has_rows_or_columns(buf: pa.Buffer, columns: list[str] | None) -> bool:
         pq.read_schema(pa.BufferReader(buf)).names)
 
 
+class TableCache:
+    """A local folder of Parquet parts, one of a run's caches (``RunStore.table_cache``).
+
+    What a stage gets from ``ctx.table_cache(name)``: it names parts and never touches the
+    folder itself; a part is written atomically, so concurrent or killed writers leave whole
+    parts only.
+    """
+
+    def __init__(self, path: Path):
+        self.path = Path(path)
+
+    def parts(self) -> list[str]:
+        """The names of the parts written so far, sorted."""
+        return sorted(p.name for p in self.path.glob("*.parquet")) if self.path.is_dir() else []
+
+    def read(self, name: str) -> pa.Table | None:
+        """The part ``name``, or None when it was never written."""
+        path = self.path / name
+        return pq.read_table(path) if path.is_file() else None
+
+    def write(self, name: str, table: pa.Table) -> None:
+        self.path.mkdir(parents=True, exist_ok=True)
+        atomic_write_table(self.path / name, table)
+
+
 class StageStore:
     """The shards of one stage. Paths it returns are paths of the run's filesystem."""
 
@@ -396,6 +421,10 @@ class RunStore:
         path = self.cache_path(name)
         path.mkdir(parents=True, exist_ok=True)
         return path
+
+    def table_cache(self, name: str) -> TableCache:
+        """The cache ``name`` (``embeddings/<model>``) as a folder of Parquet parts."""
+        return TableCache(self.cache_path(name))
 
     def cache_path(self, name: str) -> Path:
         """Where ``cache_dir(name)`` is, without creating it (a run that fails its checks

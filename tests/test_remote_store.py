@@ -134,7 +134,7 @@ def test_run_context_on_s3_puts_the_request_cache_in_the_bucket_and_caches_local
     ctx = RunContext(remote, SimpleNamespace(seed=0, runner=runner), threads=1)
     assert ctx.request_cache_store() == "files"
     assert fsys.display(ctx.request_cache_dir()).endswith("/runs/ctx/cache/requests")
-    assert ctx.cache_dir("embeddings/m").is_relative_to(tmp_path / "local")
+    assert ctx.table_cache("embeddings/m").path.is_relative_to(tmp_path / "local")
     assert ctx.run_id == "ctx"
     where = ctx.write_artifact("rate/leaderboard.md", "| rank |\n")
     assert ctx.read_artifact("rate/leaderboard.md") == b"| rank |\n"

@@ -5,10 +5,10 @@ Both stages embed the normalised instruction (``arenaforge.pipeline.textnorm.nor
 is the ``instruction_id``), so what ``decontaminate`` computes, ``compress`` finds in the cache.
 Normalising changes only whitespace, which the MiniLM (BERT WordPiece) tokenizer treats as a
 separator anyway: the token ids, hence the embeddings, are those of the raw text
-(``tests/stages/common/test_embeddings.py`` checks it). The cache lives in the run's
-``ctx.cache_dir(cache_name(model_path, precision))``: Parquet parts of ``(instruction_id,
-embedding)``, raw float32 (unnormalised) vectors, each part written atomically, so concurrent or
-killed runs leave whole parts only.
+(``tests/stages/common/test_embeddings.py`` checks it). The cache is the run's
+``ctx.table_cache(cache_name(model_path, precision))``: Parquet parts of ``(instruction_id,
+embedding)``, raw float32 (unnormalised) vectors; the store writes each part atomically, so
+concurrent or killed runs leave whole parts only.
 
 ``precision``: ``float32`` (default), or ``bfloat16``, which runs the model under
 ``torch.autocast``: measured here (AVX512-BF16 CPU, one thread, MiniLM, 256 bench
@@ -16,18 +16,21 @@ instructions) 2.9x faster, every embedding within cosine 0.99996 of its float32 
 on CPUs with AVX512-BF16 or AMX and on GPUs; elsewhere bfloat16 is emulated and slower. Its
 vectors have a cache of their own (``<model_key>-bfloat16``): the two never mix in one run.
 
-Example (an embed function that counts its calls)::
+Example (an embed function that counts its calls, and a cache held in memory)::
 
-    >>> import tempfile, numpy as np
-    >>> calls = []
+    >>> import numpy as np
+    >>> class Parts(dict):  # what ctx.table_cache(name) hands a stage
+    ...     def parts(self): return sorted(self)
+    ...     def read(self, name): return self.get(name)
+    ...     def write(self, name, table): self[name] = table
+    >>> calls, cache = [], Parts()
     >>> def embed(texts):
     ...     calls.append(len(texts))
     ...     return np.ones((len(texts), 2), np.float32)
-    >>> with tempfile.TemporaryDirectory() as d:
-    ...     _ = cached_embeddings(["a b", "c"], embed, Path(d))
-    ...     vecs, hits = cached_embeddings(["c", "a  b", "d"], embed, Path(d))
-    >>> vecs.shape, hits, calls
-    ((3, 2), 2, [2, 1])
+    >>> _ = cached_embeddings(["a b", "c"], embed, cache)
+    >>> vecs, hits = cached_embeddings(["c", "a  b", "d"], embed, cache)
+    >>> vecs.shape, hits, calls, len(cache)
+    ((3, 2), 2, [2, 1], 2)
 """
 
 from __future__ import annotations
@@ -40,6 +43,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
+from arenaforge.pipeline.stage import TableCache
 from arenaforge.pipeline.textnorm import instruction_id, normalize_text
 
 
@@ -114,14 +118,14 @@ def _part_name(keys: Sequence[str]) -> str:
 
 
 def cached_embeddings(texts: Sequence[str], embed: Callable[[list[str]], np.ndarray],
-                      cache_dir: Path | None,
+                      cache: TableCache | None,
                       lookup: Literal["scan", "exact"] = "scan") -> tuple[np.ndarray, int]:
-    """Embeddings of ``normalize_text(t)`` for each text, reusing the parts in ``cache_dir``.
+    """Embeddings of ``normalize_text(t)`` for each text, reusing the parts in ``cache``.
 
     Texts are keyed by ``instruction_id`` (sha256 of the normalised text); each distinct
     missing one is embedded once, in one call to ``embed(list_of_normalised_texts)``, and saved
-    as a new part named by the keys it holds. ``cache_dir=None``: no cache (still one embedding
-    per distinct text).
+    as a new part named by the keys it holds. ``cache=None``: no cache (still one embedding per
+    distinct text).
 
     ``lookup="scan"`` reads every part (a global step such as ``compress``, once per run);
     ``"exact"`` reads only the part that holds exactly these texts, which is what a shard that
@@ -131,21 +135,20 @@ def cached_embeddings(texts: Sequence[str], embed: Callable[[list[str]], np.ndar
     Returns:
         The (len(texts), d) float32 array and how many rows came from the cache.
     """
-    import pyarrow.parquet as pq
-
     norm = [normalize_text(t) for t in texts]
     keys = [instruction_id(t) for t in norm]
     found: dict[str, np.ndarray] = {}
     wanted = set(keys)
-    if not cache_dir or not cache_dir.is_dir():
-        parts = []
+    if cache is None:
+        names = []
     elif lookup == "exact":
-        exact = cache_dir / _part_name(sorted(wanted))
-        parts = [exact] if exact.is_file() else []
+        names = [_part_name(sorted(wanted))]
     else:
-        parts = sorted(cache_dir.glob("part-*.parquet"))
-    for part in parts:
-        t = pq.read_table(part)
+        names = [n for n in cache.parts() if n.startswith("part-")]
+    for name in names:
+        t = cache.read(name)
+        if t is None:  # the exact part was never written
+            continue
         part_keys = t.column("instruction_id").to_pylist()
         hits = [i for i, key in enumerate(part_keys) if key in wanted]
         if hits:
@@ -156,10 +159,8 @@ def cached_embeddings(texts: Sequence[str], embed: Callable[[list[str]], np.ndar
     if missing:
         vecs = embed([text_of[k] for k in missing])
         found.update(zip(missing, vecs, strict=True))
-        if cache_dir is not None:
-            from arenaforge.pipeline.store import atomic_write_table
-
-            atomic_write_table(cache_dir / _part_name(missing), vector_table(missing, vecs))
+        if cache is not None:
+            cache.write(_part_name(missing), vector_table(missing, vecs))
     missing_set = set(missing)
     cached = sum(1 for k in keys if k not in missing_set)
     if not keys:
@@ -177,10 +178,10 @@ def embed_cached(texts: Sequence[str], ctx: Any, model: str | None, batch_size: 
         The embeddings, how many came from the cache, and the model directory used.
     """
     model_path = resolve_model_path(model)
-    cache_dir = ctx.cache_dir(cache_name(model_path, precision)) if ctx is not None else None
+    cache = ctx.table_cache(cache_name(model_path, precision)) if ctx is not None else None
     embed = functools.partial(embed_texts, model_path=model_path, batch_size=batch_size,
                               device=device, ctx=ctx, precision=precision)
-    vecs, cached = cached_embeddings(texts, embed, cache_dir, lookup)
+    vecs, cached = cached_embeddings(texts, embed, cache, lookup)
     return vecs, cached, model_path
 
 

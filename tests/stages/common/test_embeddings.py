@@ -7,6 +7,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
+from arenaforge.pipeline.store import TableCache
 from arenaforge.pipeline.textnorm import instruction_id, normalize_text
 from arenaforge.stages.common.embeddings import cached_embeddings
 from arenaforge.stages.instructions import decontaminate
@@ -24,10 +25,8 @@ class Ctx:
     def __init__(self, run_dir: Path):
         self.run_dir, self.seed = run_dir, 0
 
-    def cache_dir(self, name: str) -> Path:
-        path = self.run_dir / "cache" / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    def table_cache(self, name: str) -> TableCache:
+        return TableCache(self.run_dir / "cache" / name)
 
     def write_artifact(self, relpath: str, data) -> Path:
         import pyarrow.parquet as pq
@@ -45,7 +44,7 @@ def test_each_distinct_normalised_text_is_embedded_once(tmp_path):
         calls.append(list(texts))
         return np.arange(2 * len(texts), dtype=np.float32).reshape(len(texts), 2)
 
-    vecs, hits = cached_embeddings(["a  b", "a b", "c"], embed, tmp_path)
+    vecs, hits = cached_embeddings(["a  b", "a b", "c"], embed, TableCache(tmp_path))
     assert hits == 0 and sorted(calls[0]) == ["a b", "c"]
     np.testing.assert_array_equal(vecs[0], vecs[1])
 
@@ -58,13 +57,14 @@ def test_an_exact_lookup_reads_only_the_part_of_exactly_its_texts(tmp_path):
         calls.append(sorted(texts))
         return np.ones((len(texts), 2), dtype=np.float32)
 
-    cached_embeddings(["a", "b"], embed, tmp_path, lookup="exact")   # a shard
-    cached_embeddings(["c"], embed, tmp_path, lookup="exact")        # another shard
-    _, hits = cached_embeddings(["b", "a", "a"], embed, tmp_path, lookup="exact")  # a rerun
+    cache = TableCache(tmp_path)
+    cached_embeddings(["a", "b"], embed, cache, lookup="exact")   # a shard
+    cached_embeddings(["c"], embed, cache, lookup="exact")        # another shard
+    _, hits = cached_embeddings(["b", "a", "a"], embed, cache, lookup="exact")  # a rerun
     assert hits == 3 and calls == [["a", "b"], ["c"]]
-    _, hits = cached_embeddings(["a"], embed, tmp_path, lookup="exact")  # no part of just "a"
+    _, hits = cached_embeddings(["a"], embed, cache, lookup="exact")  # no part of just "a"
     assert hits == 0 and calls[-1] == ["a"]
-    _, hits = cached_embeddings(["a", "b", "c"], embed, tmp_path)  # a scan finds every part
+    _, hits = cached_embeddings(["a", "b", "c"], embed, cache)  # a scan finds every part
     assert hits == 3 and len(calls) == 3
 
 

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from arenaforge.pipeline.layout import EMBEDDINGS
+from arenaforge.pipeline.store import TableCache
 from arenaforge.pipeline.textnorm import instruction_id
 from arenaforge.stages.common.embeddings import cached_embeddings, resolve_model_path
 from arenaforge.stages.output.compress import (
@@ -24,7 +25,7 @@ from pydantic import ValidationError
 
 
 class FakeContext:
-    """What compress uses from a run context: run_dir, write_artifact and cache_dir."""
+    """What compress uses from a run context: run_dir, write_artifact and table_cache."""
 
     def __init__(self, run_dir: Path, seed: int = 0):
         self.run_dir = run_dir
@@ -38,10 +39,8 @@ class FakeContext:
         self.written.append(relpath)
         return path
 
-    def cache_dir(self, name: str) -> Path:
-        path = self.run_dir / "cache" / name
-        path.mkdir(parents=True, exist_ok=True)
-        return path
+    def table_cache(self, name: str) -> TableCache:
+        return TableCache(self.run_dir / "cache" / name)
 
 
 TOPICS = {
@@ -127,9 +126,7 @@ def test_cache_embeds_only_new_texts(tmp_path):
         calls.append(list(texts))
         return np.array([[len(t), sum(map(ord, t)) % 97, 1.0] for t in texts], np.float32)
 
-    m1, m2 = tmp_path / "m1", tmp_path / "m2"
-    m1.mkdir()
-    m2.mkdir()
+    m1, m2 = TableCache(tmp_path / "m1"), TableCache(tmp_path / "m2")
     texts = ["alpha task", "beta task", "gamma task"]
     first, hits = cached_embeddings(texts, fake_embed, m1)
     assert hits == 0 and sorted(calls[0]) == sorted(texts)
@@ -139,7 +136,7 @@ def test_cache_embeds_only_new_texts(tmp_path):
     more, hits = cached_embeddings(texts + ["delta  task"], fake_embed, m1)
     assert hits == 3 and calls[1] == ["delta task"]  # the normalised text is embedded
     np.testing.assert_array_equal(more[:3], first)
-    assert len(list(m1.glob("part-*.parquet"))) == 2
+    assert len(list(m1.path.glob("part-*.parquet"))) == 2
     _, hits = cached_embeddings(texts, fake_embed, m2)
     assert hits == 0  # another model's namespace
     _, hits = cached_embeddings(texts + texts, fake_embed, None)  # no cache: once per text
