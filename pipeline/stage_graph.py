@@ -5,7 +5,7 @@
 
 Example::
 
-    >>> from stages import get_stage
+    >>> from arenaforge.stages import get_stage
     >>> edges = stage_graph([get_stage("answer"), get_stage("judge"), get_stage("rate")])
     >>> edges[-1]["stage"], edges[-1]["source"], sorted(edges[-1]["reads"])
     ('rate', 'answer', ['judge'])

@@ -166,14 +166,59 @@ class LlamaCppBackend(RenderedChat):
     def _generate(self, prompts: list[str], params: SamplingParams,
                   stop: list[str]) -> list[list[Completion]]:
         if self.batch_size > 1 and len(prompts) * params.n > 1:
-            from arenaforge.pipeline.backends.llamacpp_batch import generate_batched
-
-            batched = generate_batched(self, prompts, params, stop)
+            batched = self._generate_batched(prompts, params, stop)
             if batched is not None:  # None: this model or library cannot batch
                 return batched
         # One sequence at a time (see module docstring); sample i of n uses seed + i.
         return [[self._generate_one(prompt, params, params.sample_seed(i), stop)
                  for i in range(params.n)] for prompt in prompts]
+
+    def _generate_batched(self, prompts: list[str], params: SamplingParams,
+                          stop: list[str]) -> list[list[Completion]] | None:
+        """Many sequences in one ``llama_batch`` (``llamacpp_batch``); ``None``: use the
+        sequential path.
+
+        The backend keeps its ``BatchedDecoder`` (context memory is reused across calls) in
+        ``_batcher``; ``False`` there means batching is not possible for this model.
+        """
+        from arenaforge.pipeline.backends.llamacpp_batch import (
+            BatchedDecoder,
+            BatchRequest,
+            can_batch,
+            sequential_seeds,
+        )
+
+        if self._batcher is False:
+            return None
+        with self._lock:
+            if self._batcher is None:
+                try:
+                    if not can_batch(self.llm):
+                        raise RuntimeError("recurrent/hybrid models keep one state per sequence")
+                    self._batcher = BatchedDecoder(self.llm, self.batch_size,
+                                                   prefix_reuse=self.batch_prefix_reuse)
+                except RuntimeError as exc:
+                    log.warning("llamacpp %s: batched decoding off (%s); decoding sequentially",
+                                self.model_id, exc)
+                    self._batcher = False
+                    return None
+            requests: list[BatchRequest | None] = []
+            errors: dict[int, str] = {}
+            for prompt in prompts:
+                try:
+                    tokens = self._prompt_tokens(prompt)
+                except (ValueError, RuntimeError) as exc:
+                    tokens, errors[len(requests)] = [], f"{type(exc).__name__}: {exc}"
+                for _ in range(params.n):
+                    requests.append(BatchRequest(tokens, params, 0, stop))
+            for req, seed in zip(requests, sequential_seeds(self.llm, params, len(prompts)),
+                                 strict=True):
+                req.seed = seed
+            flat = self._batcher.run(requests)
+        for j, message in errors.items():
+            for k in range(params.n):
+                flat[j + k] = Completion.failed(message)
+        return [flat[p * params.n:(p + 1) * params.n] for p in range(len(prompts))]
 
     def _generate_one(self, prompt: str, params: SamplingParams, seed: int | None,
                       stop: list[str]) -> Completion:

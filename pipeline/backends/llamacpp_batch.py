@@ -24,13 +24,9 @@ import dataclasses
 import logging
 import random
 from collections import deque
-from typing import TYPE_CHECKING
 
 from arenaforge.pipeline.backends.base import Completion, SamplingParams
 from arenaforge.pipeline.backends.completion_text import CompletionText
-
-if TYPE_CHECKING:
-    from arenaforge.pipeline.backends.llamacpp import LlamaCppBackend
 
 log = logging.getLogger(__name__)
 
@@ -369,43 +365,3 @@ def can_batch(llm) -> bool:
     model = llm.model
     return not (llama_cpp.llama_model_is_recurrent(model) or llama_cpp.llama_model_is_hybrid(model)
                 or llama_cpp.llama_model_is_diffusion(model))
-
-
-def generate_batched(backend: LlamaCppBackend, prompts: list[str], params: SamplingParams,
-                     stop: list[str]) -> list[list[Completion]] | None:
-    """The batched half of :meth:`LlamaCppBackend._generate`; ``None``: use the sequential path.
-
-    The backend keeps its :class:`BatchedDecoder` (context memory is reused across calls) in
-    ``backend._batcher``; ``False`` there means batching is not possible for this model.
-    """
-    if backend._batcher is False:
-        return None
-    with backend._lock:
-        if backend._batcher is None:
-            try:
-                if not can_batch(backend.llm):
-                    raise RuntimeError("recurrent/hybrid models keep one state per sequence")
-                backend._batcher = BatchedDecoder(backend.llm, backend.batch_size,
-                                                  prefix_reuse=backend.batch_prefix_reuse)
-            except RuntimeError as exc:
-                log.warning("llamacpp %s: batched decoding off (%s); decoding sequentially",
-                            backend.model_id, exc)
-                backend._batcher = False
-                return None
-        requests: list[BatchRequest | None] = []
-        errors: dict[int, str] = {}
-        for prompt in prompts:
-            try:
-                tokens = backend._prompt_tokens(prompt)
-            except (ValueError, RuntimeError) as exc:
-                tokens, errors[len(requests)] = [], f"{type(exc).__name__}: {exc}"
-            for _ in range(params.n):
-                requests.append(BatchRequest(tokens, params, 0, stop))
-        for req, seed in zip(requests, sequential_seeds(backend.llm, params, len(prompts)),
-                             strict=True):
-            req.seed = seed
-        flat = backend._batcher.run(requests)
-    for j, message in errors.items():
-        for k in range(params.n):
-            flat[j + k] = Completion.failed(message)
-    return [flat[p * params.n:(p + 1) * params.n] for p in range(len(prompts))]

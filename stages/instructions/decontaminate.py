@@ -6,8 +6,8 @@ come from the run's embedding cache.
 Dropped rows carry ``reason`` (``ngram_overlap`` or ``embedding_similarity``) and
 ``contamination``: JSON evidence, a list of ``{method, benchmark, task_id, field, ...}`` matches.
 
-Two checks, because substring matching misses paraphrases (Magicoder's data still held half of
-HumanEval, DESIGN.md section 4):
+Two checks, because substring matching misses paraphrases (surface-level and semantic matching
+find different overlaps with HumanEval and MBPP: Riddell et al., 2024, arXiv 2403.04811):
 
 1. Word n-gram overlap (default n=10, within the 10-13 range used for decontamination) between
    the request and every benchmark text field (HumanEval's ``prompt`` and

@@ -7,7 +7,9 @@ fall back to hand-written turn formats of the known families (ChatML/Qwen, Llama
 Mistral); anything else is a clear error rather than a guessed format.
 
 Three prompt shapes (``VARIANTS``) are offered because the shape decides whether small models end
-the request on their own (DESIGN.md section 4):
+the request on their own (measured on Qwen2.5-Coder-0.5B-Instruct with a coding system prompt:
+``bare`` ended it in 0 of 24 samples, ``empty_assistant``, the shape distilabel renders for
+Qwen, in 19 of 24):
 
 - ``bare``: [system] + open user turn.
 - ``empty_assistant``: [system] + a closed, empty assistant turn + open user turn.
