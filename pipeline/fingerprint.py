@@ -50,23 +50,33 @@ def _module_file(name: str) -> Path | None:
     return Path(spec.origin)
 
 
-def _imports(path: Path, module: str) -> set[str]:
-    """Modules named by the import statements anywhere in ``path`` (module ``module``)."""
+def import_statements(path: Path, module: str) -> list[tuple[str, tuple[str, ...]]]:
+    """Every import statement anywhere in ``path`` (the source of ``module``), top level or
+    inside a function, as ``(module, names)`` in absolute form: ``import a.b`` is
+    ``("a.b", ())``, ``from .c import d`` in ``a.b`` is ``("a.c", ("d",))``."""
     tree = ast.parse(path.read_text(encoding="utf-8"))
     package = module if path.name == "__init__.py" else module.rpartition(".")[0]
-    found: set[str] = set()
+    found: list[tuple[str, tuple[str, ...]]] = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
+            found += [(alias.name, ()) for alias in node.names]
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
                 parts = package.split(".")
                 parent = ".".join(parts[: len(parts) - node.level + 1])
                 base = f"{parent}.{base}" if base else parent
-            found.add(base)
-            # `from pkg import submodule` imports a module, not only a name
-            found.update(f"{base}.{alias.name}" for alias in node.names)
+            found.append((base, tuple(alias.name for alias in node.names)))
+    return found
+
+
+def _imports(path: Path, module: str) -> set[str]:
+    """Modules named by the import statements anywhere in ``path`` (module ``module``)."""
+    found: set[str] = set()
+    for base, names in import_statements(path, module):
+        found.add(base)
+        # `from pkg import submodule` imports a module, not only a name
+        found.update(f"{base}.{name}" for name in names)
     return found
 
 

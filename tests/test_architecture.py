@@ -13,6 +13,7 @@ import re
 from pathlib import Path
 
 import pytest
+from arenaforge.pipeline.fingerprint import import_statements
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"pipeline": "arenaforge.pipeline", "stages": "arenaforge.stages"}
@@ -42,23 +43,13 @@ MODULES = _modules()
 
 def _imported(module: str, path: Path) -> set[str]:
     """Every module name an import statement anywhere in ``path`` names (absolute form)."""
-    tree = ast.parse(path.read_text(encoding="utf-8"))
-    package = module if path.name == "__init__.py" else module.rpartition(".")[0]
     found: set[str] = set()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Import):
-            found.update(alias.name for alias in node.names)
-        elif isinstance(node, ast.ImportFrom):
-            base = node.module or ""
-            if node.level:
-                parts = package.split(".")
-                parent = ".".join(parts[: len(parts) - node.level + 1])
-                base = f"{parent}.{base}" if base else parent
-            subs = {f"{base}.{alias.name}" for alias in node.names}
-            found.update(subs)
-            # ``from pkg import name``: the package itself, unless every name is a submodule
-            if not subs <= set(MODULES):
-                found.add(base)
+    for base, names in import_statements(path, module):
+        subs = {f"{base}.{name}" for name in names}
+        found.update(subs)
+        # ``from pkg import name``: the package itself, unless every name is a submodule
+        if not names or not subs <= set(MODULES):
+            found.add(base)
     return found
 
 
