@@ -4,14 +4,9 @@ Requests go out concurrently: up to ``max_concurrency`` in flight on each server
 (``base_url`` and its ``replicas``, see :mod:`arenaforge.pipeline.backends.server_pool`), enough to keep
 a continuous-batching server's slots full. Every call of every thread shares those slots.
 
-Failures: 429 and 500 answers are retried ``max_retries`` times with exponential backoff
-(``Retry-After`` honoured). A server that refuses or drops connections, or answers 502/503/504
-(down, restarting, loading its model, behind a proxy), is benched: its requests go to a replica,
-or wait for it, for up to ``down_wait_s``; requests are idempotent (greedy or seeded), so a
-request whose answer was lost with a dying server is sent again and no row is lost or doubled.
-A request that still fails, times out or is rejected (4xx) becomes a failed
-:class:`Completion`; when no server comes back within ``down_wait_s`` a :class:`BackendError`
-names the URLs, since every other request would fail the same way.
+Failures (retries, servers that are down, answers that are not what was asked for) are
+handled per request by :mod:`arenaforge.pipeline.backends.openai_requests`: one
+request's fault costs that request its retries and then its own row, never its batch.
 
 With ``n > 1`` each sample is its own request with seed ``seed + i``: not every server honours
 ``n`` (llama.cpp's does not), and per-sample seeds keep samples replayable one by one, as in the
@@ -35,7 +30,6 @@ from __future__ import annotations
 import logging
 import os
 import threading
-import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
@@ -54,11 +48,10 @@ from arenaforge.pipeline.backends.openai_logprobs import (
     single_tokens_from_counts,
     top_logprobs,
 )
+from arenaforge.pipeline.backends.openai_requests import Check, RequestSender
 from arenaforge.pipeline.backends.server_pool import ServerPool
 
 log = logging.getLogger(__name__)
-RETRY_STATUS = frozenset({429, 500})
-DOWN_STATUS = frozenset({502, 503, 504})  # the server (or the one behind a proxy) is not up
 T = TypeVar("T")
 
 
@@ -96,6 +89,39 @@ def parse_response(data: dict[str, Any], *, chat: bool) -> Completion:
                           completion_tokens=int(usage.get("completion_tokens") or 0))
     except (KeyError, IndexError, TypeError, ValueError) as exc:
         return Completion.failed(f"malformed response ({exc!r}): {str(data)[:500]}")
+
+
+def completion_problem(data: dict[str, Any], *, chat: bool) -> str | None:
+    """Why a 200 completion answer is asked again: malformed, or an empty completion (what a
+    server that dropped the generation answers; a model that means it says it again).
+
+    >>> completion_problem({"choices": [{"text": ""}]}, chat=False)
+    'empty completion'
+    >>> completion_problem({"choices": [{"text": "x"}]}, chat=False) is None
+    True
+    """
+    completion = parse_response(data, chat=chat)
+    if completion.error is not None:
+        return completion.error
+    return None if completion.text else "empty completion"
+
+
+def logprob_problem(data: dict[str, Any], prompt: str | list[str]) -> str | None:
+    """Why a 200 answer to a logprob request for ``prompt`` (one, or a list) is asked again:
+    a choice missing, or one without log probabilities.
+
+    >>> logprob_problem({"choices": [{"text": "A"}]}, "Score: ")[:31]
+    'the server returned no logprobs'
+    """
+    parts = per_prompt(data, len(prompt)) if isinstance(prompt, list) else [data]
+    for part in parts:
+        if "error" in part:
+            return part["error"]
+        try:
+            top_logprobs(part)
+        except ValueError as exc:
+            return str(exc)
+    return None
 
 
 def per_prompt(data: dict[str, Any], n: int) -> list[dict[str, Any]]:
@@ -138,7 +164,8 @@ class OpenAIServerBackend:
             raw prompts (else the model would see two).
         max_concurrency: requests in flight at once on each server.
         timeout_s: per-request read timeout (generation time); connecting has its own 10 s.
-        max_retries: retries on 429/500, with backoff ``backoff_s * 2**k``.
+        max_retries: retries of a request answered 429/500, timed out, or answered with
+            something else than was asked for, with backoff ``backoff_s * 2**k``.
         down_wait_s: how long requests wait for a server that is down to come back.
         logprobs_top_k: ``logprobs`` asked for by :meth:`next_token_logprobs` (vLLM's default
             ``--max-logprobs`` is 20).
@@ -188,6 +215,9 @@ class OpenAIServerBackend:
         self._client = httpx.Client(
             headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0),
             limits=httpx.Limits(max_connections=capacity, max_keepalive_connections=capacity))
+        self._sender = RequestSender(model_id, self._pool, self._client, timeout_s=timeout_s,
+                                     max_retries=max_retries, backoff_s=backoff_s,
+                                     down_wait_s=down_wait_s)
         self._executor: ThreadPoolExecutor | None = None
         self._lock = threading.Lock()
         self._singles: dict[tuple[str, ...], set[str] | None] = {}
@@ -235,7 +265,8 @@ class OpenAIServerBackend:
         chunks = [texts[s:s + size] for s in range(0, len(texts), size)]
         bodies = [logprob_body(self.model_name, chunk[0] if size == 1 else chunk,
                                self.logprobs_top_k) for chunk in chunks]
-        answers = self._run("/completions", bodies, lambda data: data, lambda error: error)
+        answers = self._run("/completions", bodies, lambda data: data, lambda error: error,
+                            lambda body, data: logprob_problem(data, body["prompt"]))
         readings: list[LogprobReading] = []
         for chunk, answer in zip(chunks, answers, strict=True):
             if isinstance(answer, str):  # the request failed: every prompt of it did
@@ -262,7 +293,8 @@ class OpenAIServerBackend:
     def _completions(self, route: str, bodies: list[list[dict]], *,
                      chat: bool) -> list[list[Completion]]:
         flat = self._run(route, [b for row in bodies for b in row],
-                         lambda data: parse_response(data, chat=chat), Completion.failed)
+                         lambda data: parse_response(data, chat=chat), Completion.failed,
+                         lambda body, data: completion_problem(data, chat=chat))
         out, k = [], 0
         for row in bodies:
             out.append(flat[k:k + len(row)])
@@ -270,8 +302,9 @@ class OpenAIServerBackend:
         return out
 
     def _run(self, route: str, bodies: list[dict], parse: Callable[[dict], T],
-             fail: Callable[[str], T]) -> list[T]:
-        """POST every body (in order, all servers' slots shared); parse answers or failures."""
+             fail: Callable[[str], T], check: Check | None = None) -> list[T]:
+        """POST every body (in order, all servers' slots shared); parse answers or failures.
+        ``check(body, answer)``: why a 200 answer is asked again (``openai_requests``)."""
         if not bodies:
             return []
         with self._lock:
@@ -279,7 +312,8 @@ class OpenAIServerBackend:
                 self._executor = ThreadPoolExecutor(max_workers=self._pool.capacity,
                                                     thread_name_prefix=f"openai-{self.model_id}")
             executor = self._executor
-        futures: list[Future] = [executor.submit(self._post, route, body) for body in bodies]
+        futures: list[Future] = [executor.submit(self._sender.post, route, body, check)
+                                 for body in bodies]
         results: list[T] = []
         try:
             for future in futures:
@@ -290,66 +324,6 @@ class OpenAIServerBackend:
                 future.cancel()
             raise
         return results
-
-    def _post(self, route: str, body: dict) -> dict | str:
-        """One request: the answer's JSON, or an error text (BackendError: no server is up)."""
-        import httpx
-
-        dropped = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                   httpx.ReadError, httpx.WriteError)
-        retries = downs = 0
-        down_since: float | None = None
-        while True:
-            with self._pool.lease() as server:
-                url = server.url + route
-                try:
-                    response = self._client.post(url, json=body)
-                except dropped as exc:
-                    self._pool.bench(server)
-                    problem = f"{type(exc).__name__}: {exc}"
-                    response = None
-                except httpx.TimeoutException:
-                    return f"timeout: no answer from {url} within {self.timeout_s}s"
-                except httpx.HTTPError as exc:
-                    return f"{type(exc).__name__}: {exc}"
-                if response is not None and response.status_code in DOWN_STATUS:
-                    self._pool.bench(server)
-                    problem = f"HTTP {response.status_code}"
-                    response = None
-            if response is None:  # the server is down: wait for it (or a replica)
-                now = time.monotonic()
-                down_since = down_since or now
-                if now - down_since >= self.down_wait_s:
-                    raise BackendError(
-                        f"cannot reach the OpenAI-compatible server for model {self.model_id!r} "
-                        f"at {', '.join(s.url for s in self._pool.servers)} ({problem}) for "
-                        f"{self.down_wait_s:g}s; is it running? e.g. `vllm serve <model>` or "
-                        "`python -m llama_cpp.server --model <gguf>`")
-                log.info("%s: %s; retrying", url, problem)
-                time.sleep(min(self.backoff_s * 2**downs, 1.0))
-                downs += 1
-                continue
-            down_since, downs = None, 0
-            if response.status_code in RETRY_STATUS and retries < self.max_retries:
-                log.info("%s answered %d; retry %d", url, response.status_code, retries + 1)
-                self._sleep(retries, response.headers.get("retry-after"))
-                retries += 1
-                continue
-            if response.status_code != 200:
-                return f"HTTP {response.status_code} from {url}: {response.text[:500]}"
-            try:
-                return response.json()
-            except ValueError:
-                return f"non-JSON answer from {url}: {response.text[:500]}"
-
-    def _sleep(self, attempt: int, retry_after: str | None) -> None:
-        delay = self.backoff_s * 2**attempt
-        if retry_after:
-            try:
-                delay = max(delay, float(retry_after))
-            except ValueError:
-                pass  # an HTTP date: keep our own backoff
-        time.sleep(delay)
 
     def server_stats(self) -> dict[str, int]:
         """Requests sent to each server so far (this process), by URL."""
@@ -387,30 +361,31 @@ class OpenAIServerBackend:
     def tokenize(self, text: str) -> list[int]:
         """Token ids via the server's tokenize route (vLLM, llama.cpp), where it has one.
 
-        llama-cpp-python's route adds the BOS token when the model does.
+        llama-cpp-python's route adds the BOS token when the model does. Requests are retried
+        as generation requests are; a route that answers 4xx or no tokens is not the
+        server's, but one that keeps failing (500, timeouts) raises: taking it for a missing
+        route would read every logprob candidate as one token in this process.
+
+        Raises:
+            NotImplementedError: the server has no tokenize route.
+            BackendError: the route kept failing after its retries.
         """
-        if self._tokenize_route is not None:
-            path, make = self._tokenize_route
-            response = self._client.post(self._root() + path, json=make(text), timeout=10.0)
-            response.raise_for_status()
-            return list(response.json()["tokens"])
         dialects: list[tuple[str, Callable[[str], dict]]] = [
             ("/tokenize", lambda t: {"model": self.model_name, "prompt": t, "content": t,
                                      "add_special": False, "add_special_tokens": False}),
             ("/extras/tokenize", lambda t: {"input": t})]
+        if self._tokenize_route is not None:
+            dialects = [self._tokenize_route]
         for path, make in dialects:
-            try:
-                response = self._client.post(self._root() + path, json=make(text), timeout=10.0)
-            except Exception as exc:  # noqa: BLE001 - try the next dialect
-                log.debug("tokenize via %s failed: %s", path, exc)
-                continue
-            try:
-                tokens = response.json()["tokens"] if response.status_code == 200 else None
-            except (ValueError, KeyError, TypeError):  # another route's answer, not tokens
-                tokens = None
+            answer = self._sender.post(path, make(text), api=False)
+            if isinstance(answer, str) and answer.startswith(("timeout", "HTTP 429", "HTTP 500")):
+                raise BackendError(f"model {self.model_id!r}: tokenize failed after "
+                                   f"{self.max_retries} retries: {answer}")
+            tokens = answer.get("tokens") if isinstance(answer, dict) else None
             if isinstance(tokens, list):
                 self._tokenize_route = (path, make)
                 return tokens
+            log.debug("tokenize via %s: %s", path, str(answer)[:200])
         raise NotImplementedError(f"{self.base_url}: the server has no tokenize route")
 
     def _single_tokens(self, candidates: list[str]) -> set[str] | None:

@@ -5,6 +5,7 @@ The real-model end of the protocol is in test_openai_llamacpp_server.py.
 
 import json
 import socket
+import struct
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -34,6 +35,9 @@ class Script:
         self.queue.setdefault(route, []).append((status, headers or {}, body))
 
 
+RESET = "<reset>"
+
+
 def ok_completion(text, reason="stop"):
     return json.dumps({"choices": [{"text": text, "finish_reason": reason}],
                        "usage": {"prompt_tokens": 3, "completion_tokens": 2}})
@@ -59,6 +63,20 @@ def server():
                     "prompt", "chat")))
             time.sleep(script.delay)
             status, headers, text = answer
+            if text == RESET:  # half an answer, then a TCP reset (a server dying mid-reply)
+                whole = ok_completion("lost").encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(whole)))
+                self.end_headers()
+                self.wfile.write(whole[: len(whole) // 2])
+                self.wfile.flush()
+                self.connection.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER,
+                                           struct.pack("ii", 1, 0))
+                self.connection.close()
+                self.close_connection = True
+                with script.lock:
+                    script.in_flight -= 1
+                return
             self.send_response(status)
             for key, value in headers.items():
                 self.send_header(key, value)
@@ -144,10 +162,40 @@ def test_exhausted_retries_and_client_errors_are_values(server):
     assert len(server.bodies) == 5  # 3 tries for a, 1 for b (no retry on 4xx), 1 for c
 
 
-def test_non_json_answer_is_a_value(server):
+def test_a_non_json_answer_is_retried_and_one_that_stays_so_is_a_value(server):
     server.push("/v1/completions", 200, "<html>proxy error</html>")
+    server.push("/v1/completions", 200, ok_completion("x")[:20])  # truncated JSON
     [[c]] = client(server).complete(["x"], SamplingParams())
-    assert c.finish_reason == "error" and "non-JSON" in c.error
+    assert c.text == "x" and c.error is None and len(server.bodies) == 3
+    for _ in range(3):
+        server.push("/v1/completions", 200, "<html>proxy error</html>")
+    [[c]] = client(server, max_retries=2).complete(["y"], SamplingParams())
+    assert c.finish_reason == "error" and "non-JSON" in c.error and len(server.bodies) == 6
+
+
+def test_empty_and_malformed_answers_are_asked_again(server):
+    # what chaos runs found: a server that dropped a generation answers 200 with an empty
+    # completion or without choices, and the row took it as the model's answer
+    server.push("/v1/chat/completions", body=json.dumps(
+        {"choices": [{"message": {"content": ""}, "finish_reason": "stop"}]}))
+    server.push("/v1/chat/completions", body=json.dumps({"choices": []}))
+    server.push("/v1/chat/completions", body=json.dumps(
+        {"choices": [{"message": {"content": "hey"}, "finish_reason": "stop"}]}))
+    [[reply]] = client(server).chat([[{"role": "user", "content": "hi"}]], SamplingParams())
+    assert reply.text == "hey" and reply.error is None and len(server.bodies) == 3
+
+
+def test_an_empty_completion_every_time_is_the_models_answer(server):
+    for _ in range(3):
+        server.push("/v1/completions", body=ok_completion(""))
+    [[c]] = client(server, max_retries=2).complete(["x"], SamplingParams())
+    assert c.text == "" and c.error is None and len(server.bodies) == 3
+
+
+def test_a_connection_reset_mid_reply_is_sent_again(server):
+    server.push("/v1/completions", body=RESET)
+    out = client(server, max_concurrency=1).complete(["a", "b"], SamplingParams())
+    assert [row[0].text for row in out] == ["a", "b"] and len(server.bodies) == 3
 
 
 def test_concurrency_limit(server):
@@ -156,10 +204,14 @@ def test_concurrency_limit(server):
     assert server.max_in_flight == 3
 
 
-def test_timeout_is_a_value(server):
+def test_a_timeout_is_retried_and_one_that_keeps_timing_out_is_a_value(server):
     server.delay = 1.0
-    [[c]] = client(server, timeout_s=0.2).complete(["x"], SamplingParams())
+    [[c]] = client(server, timeout_s=0.2, max_retries=1).complete(["x"], SamplingParams())
     assert c.finish_reason == "error" and c.error.startswith("timeout")
+    assert len(server.bodies) == 2  # it was asked twice
+    server.delay = 0.0
+    [[c]] = client(server, timeout_s=0.2).complete(["x"], SamplingParams())
+    assert c.text == "x"
 
 
 def test_server_down_raises_naming_the_url():
@@ -206,6 +258,28 @@ def test_logprobs_in_llama_server_shape_and_missing_logprobs(server):
     (first, err1), (second, err2) = backend.next_token_logprobs([conv, conv], ["A", "B"])
     assert first == {"A": -0.1, "B": -2.4} and err1 is None
     assert second is None and "no logprobs" in err2
+
+
+def test_a_logprob_answer_without_logprobs_is_asked_again(server):
+    backend = client(server, chat_template="{{ messages[0].content }}")
+    server.push("/v1/completions", body=ok_completion("A"))  # logprobs dropped
+    server.push("/v1/completions", body=logprob_answer({"A": -0.1, "B": -2.0}))
+    [(reading, error)] = backend.next_token_logprobs([[{"role": "user", "content": "q"}]],
+                                                     ["A", "B"])
+    assert error is None and reading == {"A": -0.1, "B": -2.0}
+
+
+def test_a_failing_tokenize_route_is_retried_and_then_an_error_not_a_missing_route(server):
+    # A 500 from /tokenize was taken for "no tokenize route": the process then read every
+    # candidate as one token, so one transient error changed every reading after it.
+    backend = client(server, chat_template="{{ messages[0].content }}")
+    server.push("/tokenize", 500, "busy")
+    server.push("/tokenize", body=json.dumps({"tokens": []}))
+    assert backend.tokenize("") == []
+    for _ in range(4):
+        server.push("/tokenize", 500, "busy")
+    with pytest.raises(BackendError, match="tokenize failed after 3 retries"):
+        backend.tokenize("A")
 
 
 def test_single_token_candidates_come_from_the_tokenize_route(server):

@@ -72,7 +72,7 @@ def server():
 
 def backend(url, **options):
     return OpenAIServerBackend("m", url, "served", chat_template="{{ messages[0].content }}",
-                               max_concurrency=2, **options)
+                               max_concurrency=2, backoff_s=0.01, **options)
 
 
 def conversations(texts):
@@ -107,6 +107,9 @@ def test_a_failed_or_miscounted_request_fails_only_its_own_prompts(server):
         assert "2 choices for a request of 3 prompts" in errors[t]
         assert "prompts_per_request: 1" in errors[t]
     assert [r[0] for r in readings if r[1] is not None] == [None] * 6
+    # a miscounted answer is asked again (3 retries), a refused request is not
+    sent = [tuple(b["prompt"]) for b in server.bodies]
+    assert sent.count(("c", "d", "short")) == 4 and sent.count(("a", "b", "refuse")) == 1
 
 
 def test_a_small_call_still_reaches_every_replica():
