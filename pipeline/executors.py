@@ -48,6 +48,16 @@ class InlineExecutor:
         pass
 
 
+def task_error(exc: BaseException) -> BaseException:
+    """The exception a Ray task raised, out of Ray's wrapping (twice wrapped when an engine
+    actor raised it to the task)."""
+    from ray.exceptions import RayTaskError
+
+    while isinstance(exc, RayTaskError) and isinstance(exc.cause, BaseException):
+        exc = exc.cause
+    return exc
+
+
 def _run_task(spec, cfg, ctx, index, table, input_hash):
     return dict(execute_shard(spec, cfg, ctx, index, table, input_hash), shard=index)
 
@@ -148,7 +158,14 @@ class RayExecutor:
                 done, pending = ray.wait(pending, num_returns=1)
                 if queue:
                     pending.append(task.remote(spec_ref, cfg_ref, ctx_ref, *queue.pop(0)))
-                yield ray.get(done[0])
+                try:
+                    marker = ray.get(done[0])
+                except ray.exceptions.RayTaskError as exc:
+                    # the shard's own error, as inline raises it: a full disk keeps its errno
+                    # and a server that is down its message (the CLI says which, in one line);
+                    # Ray's text with the worker's traceback stays attached as its cause
+                    raise task_error(exc) from exc
+                yield marker
         finally:
             for ref in pending:
                 ray.cancel(ref, force=True)

@@ -1,7 +1,12 @@
 """The runner on a real local Ray: same rows as inline, and dead workers are retried."""
 
+import errno
+
 import pyarrow as pa
+import pytest
+from arenaforge.pipeline.backends.base import BackendError
 from arenaforge.pipeline.executors import RayExecutor
+from arenaforge.pipeline.shards import is_fatal
 from arenaforge.pipeline.stage import StageSpec
 from arenaforge.pipeline.store import RunStore
 
@@ -72,3 +77,29 @@ def test_shards_queue_ahead_only_where_no_engine_actor_is_called(tmp_path):
             expected = spec.uses_models and model_stages_call_engines
             assert RayExecutor.calls_engines(spec, cfg.stage_config(name), ctx) is expected, \
                 (config, name)
+
+
+def full_disk_run(table, cfg, ctx):
+    raise OSError(errno.ENOSPC, "No space left on device", "/runs/r/stages/square/part.parquet")
+
+
+def server_down_run(table, cfg, ctx):
+    raise BackendError("cannot reach the OpenAI-compatible server for model 'm' at "
+                       "http://127.0.0.1:9/v1")
+
+
+@pytest.mark.parametrize("run", [full_disk_run, server_down_run])
+def test_a_shard_error_reaches_the_runner_as_raised_not_wrapped_by_ray(tmp_path, ray_local, run):
+    # A chaos run found both wrapped in RayTaskError: the full disk lost its errno (so the CLI
+    # took it for a bug and printed a traceback) and the server down came with the worker's
+    # traceback in its message.
+    stage = StageSpec(name="square", config=SquareConfig, run=run, source="gen",
+                      inputs=("i",), outputs=("square",))
+    with pytest.raises((OSError, BackendError)) as caught:
+        run_toy(tmp_path / "run", RayExecutor(), specs=[GEN, stage])
+    exc = caught.value
+    assert type(exc) in (OSError, BackendError) and is_fatal(exc)
+    if run is full_disk_run:
+        assert exc.errno == errno.ENOSPC and exc.filename.endswith("part.parquet")
+    else:
+        assert str(exc).startswith("cannot reach") and "Traceback" not in str(exc)
