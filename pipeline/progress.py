@@ -116,7 +116,13 @@ class Progress:
 
 
 def render_funnel(funnel: Any, seconds: float | None = None) -> None:
-    console.print(funnel_table(funnel, seconds, console.width if console.is_terminal else None))
+    """The end-of-run table on stderr: fitted to a terminal; in a log (a file or a pipe, for
+    which rich assumes 80 columns) as wide as its cells need, so no column is cut."""
+    if console.is_terminal:
+        console.print(funnel_table(funnel, seconds, console.width))
+    else:  # Console.print(width=) cannot exceed the console's own width
+        Console(file=console.file, width=_PIPED_WIDTH, highlight=False).print(
+            funnel_table(funnel, seconds))
 
 
 def stdout_console() -> Console:

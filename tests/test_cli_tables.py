@@ -205,3 +205,30 @@ def test_funnel_table_on_a_narrow_terminal_keeps_counts_whole():
     text = render(funnel_table(funnel, width=40), 40)
     assert "…" not in text
     assert all(whole(w, text) for w in ("decontaminate", "123456789", "98765432"))
+
+
+LOG_FUNNEL = '''
+from arenaforge.pipeline.progress import render_funnel
+render_funnel([{"stage": "decontaminate", "rows_in": 123456, "rows_out": 98765,
+                "dropped": {"embedding_similarity": 12, "ngram_overlap": 3},
+                "model_seconds": 2380.4, "seconds": 2459.9, "wall_seconds_last_attempt": 2461.2,
+                "utilization_last_attempt": 0.99, "workers": 16, "cache_hits": 1234,
+                "cache_misses": 4444}], seconds=2470.0)
+'''
+
+
+def test_the_funnel_in_a_log_keeps_every_column_whole(tmp_path):
+    """``arenaforge run > log 2>&1``: the end-of-run table goes to a file, for which rich
+    assumes 80 columns; every cell must still be there whole, each stage on one line."""
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    log = tmp_path / "log"
+    with log.open("w") as out:
+        subprocess.run([sys.executable, "-c", LOG_FUNNEL], cwd=ROOT, env=env, stdout=out,
+                       stderr=out, timeout=120, check=True)
+    text = ANSI.sub("", log.read_text())
+    assert "…" not in text
+    line = next((ln for ln in text.splitlines() if "decontaminate" in ln), "")
+    for cell in ("decontaminate", "123456", "98765", "2380.4", "79.5", "2461.2", "99% of 16",
+                 "1234/5678"):
+        assert whole(cell, line), (cell, text)
+    assert all(whole(reason, text) for reason in ("embedding_similarity=12", "ngram_overlap=3"))
