@@ -23,7 +23,8 @@ SetOpt = Annotated[list[str] | None, typer.Option(
 
 
 def _fail(message: str, code: int = 2) -> None:
-    console.print(f"[red]error:[/red] {message}", markup=True, highlight=False)
+    # soft_wrap: a message stays one line (a log or a terminal wraps it, never rich)
+    console.print(f"[red]error:[/red] {message}", markup=True, highlight=False, soft_wrap=True)
     raise typer.Exit(code)
 
 

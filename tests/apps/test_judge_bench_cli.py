@@ -93,3 +93,15 @@ def test_judge_bench_bad_config_is_a_clear_error(tmp_path):
     config.write_text("contestants: [a]\nvariants: [{judge: j, protocol: nope}]\n")
     result = CliRunner().invoke(app, ["judge-bench", str(config), "--out", str(tmp_path)])
     assert result.exit_code == 2 and "protocol" in result.output
+
+
+def test_judge_bench_given_a_run_config_names_it_and_the_command_that_takes_it():
+    root = Path(__file__).resolve().parents[2]
+    run_config = root / "configs" / "smoke.yaml"
+    result = CliRunner().invoke(app, ["judge-bench", str(run_config), "--out", "unused"])
+    assert result.exit_code == 2
+    lines = [ln for ln in result.output.splitlines() if ln.strip()]
+    assert len(lines) == 1, result.output
+    assert "is a run config, not a judge-bench config" in lines[0]
+    assert f"arenaforge run {run_config}" in lines[0]
+    assert "extra_forbidden" not in result.output

@@ -92,6 +92,20 @@ class BenchConfig(BaseModel):
                               "judges": [variant.judge], "allow_self_judge": True})
 
 
+def _refuse_run_config(path: Path, data: object) -> None:
+    """Both are YAML, and a run config is the one users have at hand: say which it is and
+    which command takes it, instead of one ``extra_forbidden`` error per stage section."""
+    from arenaforge.pipeline.config import RunConfig
+
+    if not isinstance(data, dict) or "variants" in data:
+        return
+    run_only = set(RunConfig.model_fields) - set(BenchConfig.model_fields)
+    if set(data) & run_only:
+        raise ValueError(f"{path} is a run config, not a judge-bench config: run it with "
+                         f"`arenaforge run {path}` (judge-bench takes a file like "
+                         "configs/judge-bench.yaml)")
+
+
 def load_bench_config(path: Path) -> BenchConfig:
     """Read a judge-bench YAML; ``models_file`` and a problems file are relative to it.
 
@@ -102,6 +116,7 @@ def load_bench_config(path: Path) -> BenchConfig:
     if not path.is_file():
         raise ValueError(f"judge-bench config {path} not found")
     data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    _refuse_run_config(path, data)
     try:
         cfg = BenchConfig(**data)
     except ValidationError as exc:
