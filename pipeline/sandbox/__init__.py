@@ -54,6 +54,21 @@ files a test leaves reset before the next; a test that times out, crashes or exi
 process and the next test runs in a fresh one. Tests of one solution share its job, different
 solutions never do. At a few tests per answer this costs about one job instead of one per test.
 
+**Programs in every language** (``languages``): ``SandboxPool.run_programs([ProgramJob(...)])``
+runs programs in ``python, cpp, c, javascript, typescript, java, go, rust`` (names such as ``C++``
+resolve with ``languages.resolve_language``; ``languages.toolchains()`` says what is installed).
+A ``ProgramJob`` is one program with either the stdin of each test (a whole program) or the
+number of calls its harness makes (a function task; ``stages/verification/polyglot`` renders
+such harnesses from language-neutral test data). It is compiled once, in a sandbox call of its
+own with its own time and memory limits (the compiled program comes back to the host, cached
+by source and toolchain), then all its tests run in one more sandbox call: the job's process
+is a trusted driver (``inside/programs.py``) that runs each test as a child under that test's
+limits, inside the same layers as a Python job (uid, namespaces, seccomp, rlimits, the memory
+and pids cgroups for the whole job), and empties the work dir between tests. Every run has one
+of the same statuses in every language: ``ok, compile_error, runtime_error, timeout, memory,
+output_limit, killed``; a compile error is the program's failure, a failing sandbox never
+(``ProgramResult.sandbox_fault``). ``arenaforge sandbox languages|run`` is the command line.
+
 Tests are compiled on the host (``prepare.py``): each top-level ``assert`` counts on its own
 (``tests_total``, ``assertions_passed``/``failed``) and the next one still runs after a failure;
 a ``check(candidate)`` stops at its first failing assertion.

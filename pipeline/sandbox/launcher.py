@@ -141,12 +141,14 @@ def harness_config(*, isolated: bool, verdict_fd: int, max_jobs: int, cfg, secco
     }).hex()
 
 
-def sandbox_command(harness_cfg: str, cfg, cgroup_procs: Sequence[str] = ()) -> list[str]:
+def sandbox_command(harness_cfg: str, cfg, cgroup_procs: Sequence[str] = (),
+                    binds: Sequence[str] = ()) -> list[str]:
     """argv for one sandbox: setpriv, sh, unshare, bwrap ..., python harness (drops to ``uid``).
 
     The process started with it must be a child of this process (its ``$PPID`` is checked
     against ``os.getpid()``), started by a thread that outlives the sandbox (PDEATHSIG follows
-    the thread that forked).
+    the thread that forked). ``binds``: more host directories to bind read-only at the same
+    path (toolchains outside ``/usr``, see ``languages.installed``).
     """
     bwrap = shutil.which("bwrap") or "bwrap"
     python = os.path.realpath(sys.executable)
@@ -162,7 +164,7 @@ def sandbox_command(harness_cfg: str, cfg, cgroup_procs: Sequence[str] = ()) -> 
         args += ["--unshare-all", "--unshare-user"]
     args += ["--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
              *_root_layout()]
-    for path in _python_dirs():
+    for path in (*_python_dirs(), *binds):
         args += [*_mkdirs(path), "--ro-bind", path, path]
     args += [*_mkdirs(HARNESS_DIR), "--ro-bind", str(HARNESS_HOST_DIR), HARNESS_DIR,
              "--proc", "/proc", "--dev", "/dev",

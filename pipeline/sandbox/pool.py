@@ -29,6 +29,7 @@ from arenaforge.pipeline.sandbox.worker import SandboxWorker
 
 log = logging.getLogger(__name__)
 _STOP = object()
+_PROGRAM = object()  # marks a program job in the queue (languages.execute runs it)
 
 
 class SandboxUnavailable(RuntimeError):
@@ -80,6 +81,7 @@ class SandboxPool:
             self.close()
             raise errors[0]
         self._closed = False
+        self._programs = None  # a languages.execute.ProgramRunner, made by run_programs
 
     @classmethod
     def from_config(cls, cfg: SandboxConfig) -> SandboxPool:
@@ -105,6 +107,9 @@ class SandboxPool:
                 break
             index, job, prepared, out = item
             suite = isinstance(job, SuiteJob)
+            if prepared is _PROGRAM:  # never raises: failures are on its result
+                out.put((index, self._programs.run(worker, job)))
+                continue
             try:
                 result = worker.run_suite(job, prepared) if suite else worker.run(job, prepared)
             except Exception as exc:
@@ -171,6 +176,36 @@ class SandboxPool:
             index, suite_results = out.get()
             for t, result in zip(sent[index], suite_results):
                 results[index][t] = result
+        return results
+
+    def run_programs(self, jobs: Sequence) -> list:
+        """Run program jobs in any language (``languages.ProgramJob``) on the workers.
+
+        Each job is compiled once (a compiled language; the result is cached by source and
+        toolchain) and all its tests run in one sandbox call. Results come back in order.
+
+        Raises:
+            UnknownLanguage: A job names no known language.
+            ToolchainUnavailable: A job's language has no toolchain here (checked before any
+                job runs).
+        """
+        from arenaforge.pipeline.sandbox.languages.catalog import resolve_language
+        from arenaforge.pipeline.sandbox.languages.execute import ProgramRunner
+        from arenaforge.pipeline.sandbox.languages.installed import require
+
+        if getattr(self, "_closed", True):
+            raise RuntimeError("the sandbox pool is closed")
+        for lang in {resolve_language(job.language) for job in jobs}:
+            require(lang)
+        if self._programs is None:
+            self._programs = ProgramRunner(self.cfg)
+        out: queue.Queue = queue.Queue()
+        for i, job in enumerate(jobs):
+            self._queue.put((i, job, _PROGRAM, out))
+        results: list = [None] * len(jobs)
+        for _ in jobs:
+            index, result = out.get()
+            results[index] = result
         return results
 
     def _prepare(self, source: str):

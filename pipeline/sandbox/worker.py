@@ -80,6 +80,7 @@ class SandboxWorker:
         # per_exec: the sandbox for the next job starts while the current job runs
         self._spare: _Server | None = None
         self._workdir = tempfile.mkdtemp(prefix="arenaforge-sbx-") if mode == MODE_DEGRADED else None
+        self.binds: tuple[str, ...] = ()  # toolchain dirs bound in this slot's sandboxes
         layers = ["rlimit_as", "rlimit_cpu", "rlimit_nproc", "rlimit_fsize", "rlimit_nofile"]
         if seccomp_hex:
             layers.append("seccomp")
@@ -122,7 +123,7 @@ class SandboxWorker:
             uid=self.slot.uid if isolated and os.geteuid() == 0 else None)
         if isolated:
             procs = self.cgroup.procs_files if self.cgroup else ()
-            argv = launcher.sandbox_command(hcfg, self.cfg, procs)
+            argv = launcher.sandbox_command(hcfg, self.cfg, procs, self.binds)
         else:
             argv = launcher.degraded_command(hcfg)
         stderr = tempfile.TemporaryFile()  # noqa: SIM115 - closed with the server
@@ -191,7 +192,24 @@ class SandboxWorker:
         if self._workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
 
+    def use_binds(self, binds: tuple[str, ...]) -> None:
+        """Bind ``binds`` (read-only) in this slot's sandboxes from now on; a sandbox started
+        without them is replaced (program jobs: toolchains outside ``/usr``)."""
+        if binds == self.binds:
+            return
+        self.binds = binds
+        for server in (self._server, self._spare):
+            if server is not None:
+                self._close(server)
+        self._server = self._spare = None
+
     # -- jobs ---------------------------------------------------------------------------------
+
+    def run_frame(self, frame: dict, memory_mb: int, wait_s: float
+                  ) -> tuple[dict | None, bool, ExecResult | None]:
+        """Send a program job's frame (``languages.frames``); ``(verdict, the memory cgroup
+        killed, failure)`` as for any job (``_exchange``)."""
+        return self._exchange(frame, frame["timeout_s"], memory_mb, wait_s)
 
     def run(self, job: Job, tests: PreparedTests) -> ExecResult:
         """Run one job in a sandbox of this slot and return its verdict."""

@@ -30,7 +30,14 @@ from spawn import (
     start_child,
 )
 from suite import serve_suite
-from wire import add_event, new_summary, parse_event, read_frame, write_frame
+from wire import (
+    add_event,
+    add_program_event,
+    new_summary,
+    parse_event,
+    read_frame,
+    write_frame,
+)
 
 # While a job runs, its event pipe is read at most once per this many seconds: a test with a
 # hundred assertions otherwise wakes the server a hundred times (~10 us each on these cores).
@@ -200,10 +207,11 @@ def serve_job(job, cfg):
         if fd >= 0:
             os.close(fd)
     summary = new_summary()
+    add = add_program_event if "exec" in job else add_event
     for line in events:
         event = parse_event(line, nonce)
         if event is not None:
-            add_event(summary, *event)
+            add(summary, *event)
     code = os.waitstatus_to_exitcode(status)
     summary.update(reason=reason, exit_code=code if code >= 0 else 128 - code,
                    stdout=tails[out_r].text(), stderr=tails[err_r].text(),

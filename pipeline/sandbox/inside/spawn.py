@@ -162,7 +162,7 @@ def _in_child(job, fds, close_fds, fn, *args):
 
 
 def _clone_child(job, cfg, fds):
-    _enter_namespaces()
+    _enter_namespaces(job)
     _run(job, cfg, fds, parent_is_server=True)
 
 
@@ -177,11 +177,19 @@ def _run(job, cfg, fds, parent_is_server):
         _prepare_job(job, cfg, fds[:3], parent_is_server, ack_fd=fds[3])
         run_tests(job, cfg, job["first"], 4)
     _prepare_job(job, cfg, fds, parent_is_server)
+    if "exec" in job:
+        from programs import run_program_job  # only program jobs pay for the import
+
+        run_program_job(job, cfg)
     run_job(job, cfg)
 
 
-def _enter_namespaces():
-    """In the new user and mount namespaces: map our own uid and gid, private tmpfs mounts."""
+def _enter_namespaces(job):
+    """In the new user and mount namespaces: map our own uid and gid, private tmpfs mounts.
+
+    A program job (``programs``) gets tmpfs of its own size, and a work dir it may execute
+    files from (the compiled program).
+    """
     check(_Pre.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0), "dumpable")  # needed to write uid_map
     for path, text in _Pre.id_maps:
         fd = os.open(path, os.O_WRONLY)
@@ -190,9 +198,12 @@ def _enter_namespaces():
         finally:
             os.close(fd)
     check(_Pre.mount(None, b"/", None, _MS_REC | _MS_PRIVATE, None), "make / private")
+    program = job.get("exec")
+    opts = _Pre.tmpfs_opts if program is None else b"size=%d,mode=1777" % program["work_bytes"]
     for path in _Pre.tmpfs:
-        check(_Pre.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV | _MS_NOEXEC,
-                         _Pre.tmpfs_opts), "mount tmpfs")
+        noexec = _MS_NOEXEC if program is None or path == b"/tmp" else 0
+        check(_Pre.mount(b"tmpfs", path, b"tmpfs", _MS_NOSUID | _MS_NODEV | noexec, opts),
+              "mount tmpfs")
 
 
 def _prepare_job(job, cfg, fds, parent_is_server, ack_fd=None):
@@ -225,10 +236,13 @@ def _prepare_job(job, cfg, fds, parent_is_server, ack_fd=None):
     os.closerange(4 if ack_fd is None else 5, 1 << 16)
     bind_channel(ev, job["nonce"])
     os.chdir(cfg["work_dir"])
+    program = job.get("exec")
     try:
         fd = os.open("/proc/self/oom_score_adj", os.O_WRONLY)
         try:
-            os.write(fd, b"1000")  # the memory cgroup kills the job, never the server
+            # the memory cgroup kills the job, never the server; a program job's runs (1000)
+            # before its driver
+            os.write(fd, b"1000" if program is None else b"500")
         finally:
             os.close(fd)
     except OSError:
@@ -247,6 +261,14 @@ def _prepare_job(job, cfg, fds, parent_is_server, ack_fd=None):
                                         _Pre.hard[resource.RLIMIT_CPU])),
         *_Pre.static_limits,
     ]
+    if program is not None:
+        # The driver sets each run's address space itself (runtimes such as the JVM reserve
+        # far more than they use: the memory cgroup bounds those), and files as large as the
+        # job's own tmpfs (a compiler's output).
+        limits = [(which, *_clamped(which, program["work_bytes"]))
+                  if which == resource.RLIMIT_FSIZE else (which, soft, hard)
+                  for which, soft, hard in limits[1:]]
+        check(_Pre.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0), "dumpable")  # runs cannot open its /proc
     for which, soft, hard in limits:
         resource.setrlimit(which, (soft, hard))
     check(_Pre.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), "no_new_privs")
@@ -262,7 +284,7 @@ def _start_c1(job, cfg, fds, pid_w):
     between the end of the job and its verdict.
     """
     check(_Pre.unshare(_CLONE_FLAGS), "unshare")
-    _enter_namespaces()
+    _enter_namespaces(job)
     pid = os.fork()
     if pid == 0:
         _in_child(job, fds, (pid_w,), _c2_of_c1, job, cfg, fds)

@@ -102,4 +102,31 @@ def add_event(summary, kind, fields):
         summary["setup"] = fields[0]
 
 
+_RUN_FIELDS = ("code", "reason", "wall_s", "stderr", "note", "value")
+
+
+def add_program_event(summary, kind, fields):
+    """Count one event of a program job's driver (``programs``) into ``summary``.
+
+    ``c``: the compile or check step (``summary["c"]``); ``a``: an artifact's base64 chunks,
+    joined (``summary["a"][name]``, executable flags in ``summary["x"]``); ``r``: a test's
+    outcome (``summary["r<i>"]``); ``o``: its stdout, joined (``summary["o<i>"]``). The
+    others as ``add_event`` counts them.
+    """
+    if kind == b"c" and len(fields) == 5:
+        summary["c"] = dict(zip(("code", "reason", "wall_s", "stdout", "stderr"), fields))
+    elif kind == b"a" and len(fields) == 3:
+        name, executable, chunk = fields
+        artifacts = summary.setdefault("a", {})
+        artifacts[name] = artifacts.get(name, "") + chunk
+        summary.setdefault("x", {})[name] = executable
+    elif kind == b"r" and len(fields) == 7 and fields[0].isdigit():
+        summary["r" + fields[0]] = dict(zip(_RUN_FIELDS, fields[1:]))
+    elif kind == b"o" and len(fields) == 2 and fields[0].isdigit():
+        key = "o" + fields[0]
+        summary[key] = summary.get(key, "") + fields[1]
+    else:
+        add_event(summary, kind, fields)
+
+
 # ----------------------------------------------------------------------------- inside the job (C2)
