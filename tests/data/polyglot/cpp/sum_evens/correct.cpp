@@ -1,0 +1,8 @@
+#include <vector>
+
+long long sum_evens(std::vector<long long> xs) {
+    long long total = 0;
+    for (long long x : xs)
+        if (x % 2 == 0) total += x;
+    return total;
+}

@@ -1,0 +1,20 @@
+package main
+
+import (
+	"bufio"
+	"fmt"
+	"os"
+	"sort"
+)
+
+func main() {
+	in := bufio.NewReader(os.Stdin)
+	var n int
+	fmt.Fscan(in, &n)
+	words := make([]string, n)
+	for i := range words {
+		fmt.Fscan(in, &words[i])
+	}
+	sort.Strings(words)
+	fmt.Println(words)
+}

@@ -1,0 +1,11 @@
+import java.util.*;
+
+public class Main {
+    public static void main(String[] args) {
+        Scanner in = new Scanner(System.in);
+        int n = in.nextInt();
+        int total = 0;
+        for (int i = 0; i < n; i++) total += in.nextInt();  // throws on 10^12
+        System.out.println(total);
+    }
+}

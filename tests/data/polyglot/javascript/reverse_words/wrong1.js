@@ -1,0 +1,3 @@
+function reverse_words(s) {
+  return s.split("").reverse().join("");
+}

@@ -1,0 +1,3 @@
+n = int(input())
+xs = list(map(int, input().split()))
+print(sum(xs[:n - 1]))

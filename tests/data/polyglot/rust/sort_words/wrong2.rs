@@ -1,0 +1,12 @@
+use std::io::Read;
+
+fn main() {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s).unwrap();
+    let mut it = s.split_whitespace();
+    let n: usize = it.next().unwrap().parse().unwrap();
+    let words: Vec<&str> = it.take(n).collect();
+    for w in words {
+        println!("{}", w); // unsorted
+    }
+}

@@ -1,0 +1,10 @@
+use std::io::Read;
+
+fn main() {
+    let mut s = String::new();
+    std::io::stdin().read_to_string(&mut s).unwrap();
+    let mut it = s.split_whitespace();
+    let n: usize = it.next().unwrap().parse().unwrap();
+    let total: i64 = it.take(n).map(|x| x.parse::<i64>().unwrap()).sum();
+    println!("{}", total);
+}

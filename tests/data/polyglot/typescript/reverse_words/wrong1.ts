@@ -1,0 +1,3 @@
+function reverse_words(s: string): string {
+  return s.split("").reverse().join("");
+}

@@ -1,0 +1,3 @@
+import * as fs from "fs";
+const data: string[] = fs.readFileSync(0, "utf8").split(/\s+/).filter(Boolean);
+console.log("sum:", data.slice(1).map(Number).reduce((a, b) => a + b, 0));
