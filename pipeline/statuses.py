@@ -5,8 +5,9 @@ An execution in the sandbox ends ``passed``, ``failed``, ``error``, ``timeout``,
 ``output_limit`` (``arenaforge.pipeline.sandbox.result.ExecResult.status``). An answer graded
 on its tests (the verify and repair stages' ``status`` column) has the words of the first test
 that did not pass (an output cap reads as ``error``), or one of two that say it was not tested
-as a program at all: ``no_tests`` (no trusted test for the instruction) and ``no_entry_point``
-(nothing in the answer binds to the function the tests call: never a logic failure).
+as a program at all: ``no_tests`` (no trusted test for the instruction), ``no_entry_point``
+(nothing in the answer binds to the function the tests call: never a logic failure) and
+``contradictory_tests`` (the instruction's tests contradict each other, so they decide nothing).
 """
 
 from __future__ import annotations
@@ -20,6 +21,9 @@ OUTPUT_LIMIT = "output_limit"  # stdout + stderr exceeded the cap (an execution'
 NO_TESTS = "no_tests"  # no trusted test for the instruction (an answer's status only)
 NO_ENTRY_POINT = "no_entry_point"  # nothing binds to the entry point (an answer's status only)
 SKIPPED = "skipped"  # a test not run because the answer already timed out (fail-fast)
+# the instruction's tests contradict each other: none of them accepts or rejects an answer
+# (an answer's status only)
+CONTRADICTORY_TESTS = "contradictory_tests"
 
 # The statuses of an execution in the sandbox.
 EXECUTION_STATUSES = (PASSED, FAILED, ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT)
@@ -27,6 +31,6 @@ EXECUTION_STATUSES = (PASSED, FAILED, ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT)
 # battle, that repair retries, and that a calibrated gate counts as failures.
 FAILED_STATUSES = (FAILED, ERROR, TIMEOUT, MEMORY)
 # Every status an answer row may carry.
-ANSWER_STATUSES = (PASSED, *FAILED_STATUSES, NO_TESTS, NO_ENTRY_POINT)
+ANSWER_STATUSES = (PASSED, *FAILED_STATUSES, NO_TESTS, NO_ENTRY_POINT, CONTRADICTORY_TESTS)
 # An execution's status as an answer's: the output cap is an error of the program.
 ANSWER_STATUS_OF = {**{s: s for s in (PASSED, *FAILED_STATUSES)}, OUTPUT_LIMIT: ERROR}

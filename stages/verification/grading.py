@@ -21,7 +21,7 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS
+from arenaforge.pipeline.statuses import CONTRADICTORY_TESTS, NO_ENTRY_POINT, NO_TESTS, PASSED
 from arenaforge.stages.verification.entry_points import Binding, bound_code
 from arenaforge.stages.verification.execution import (
     Verdict,
@@ -30,6 +30,9 @@ from arenaforge.stages.verification.execution import (
     summarize,
 )
 from arenaforge.stages.verification.probe_gate import (
+    EXAMPLE_FAILED,
+    NO_USABLE_CODE,
+    PASS,
     PROGRAM_FAIL,
     PROGRAM_NO_TESTS,
     PROGRAM_PASS,
@@ -67,6 +70,37 @@ class Graded:
     program_gate: str
     reused: bool = False
 
+    def admission(self, min_pass_fraction: float = 1.0) -> str:
+        """Where execution stops the answer, first that applies (``ADMISSION_STEPS``):
+        ``contradictory_tests``, ``no_tests``, ``no_usable_code`` (probe verdict ``no_code``,
+        ``no_entry_point``, ``signature_mismatch`` or ``import_error``), ``example_failed`` (the
+        instruction's own example: a hard test), ``below_pass_fraction`` (fewer than
+        ``min_pass_fraction`` of the trusted tests passed; at 1.0: any test failed), else
+        ``verified``."""
+        v = self.verdict
+        if v.status == CONTRADICTORY_TESTS:
+            return CONTRADICTORY_TESTS
+        if self.probe_gate in NO_USABLE_CODE:
+            return UNUSABLE
+        if v.status == NO_TESTS or not v.tests_total:
+            return NO_TESTS
+        if self.probe_gate == EXAMPLE_FAILED:
+            return EXAMPLE_FAILED
+        enough = (v.status == PASSED if min_pass_fraction >= 1.0
+                  else v.tests_passed >= min_pass_fraction * v.tests_total)
+        return VERIFIED if enough and self.probe_gate == PASS else BELOW_PASS_FRACTION
+
+    def verified(self, min_pass_fraction: float = 1.0) -> bool:
+        """Accepted by execution (``admission`` is ``verified``)."""
+        return self.admission(min_pass_fraction) == VERIFIED
+
+
+VERIFIED, BELOW_PASS_FRACTION, UNUSABLE = "verified", "below_pass_fraction", "no_usable_code"
+ADMISSION_STEPS = (CONTRADICTORY_TESTS, UNUSABLE, NO_TESTS, EXAMPLE_FAILED, BELOW_PASS_FRACTION,
+                   VERIFIED)
+# the steps where a selected answer goes back to its author with execution feedback
+REPAIRABLE = (UNUSABLE, EXAMPLE_FAILED, BELOW_PASS_FRACTION)
+
 
 def probes(suite: Suite) -> list[str]:
     """The probe tests: the bound name is callable once the solution loads; the instruction's
@@ -82,6 +116,8 @@ def grade(pool: Any, items: Sequence[tuple[str | None, Suite | None]], *, timeou
     ``recorded``: per item, the ``tests`` stage's run of that answer (or None); an answer whose
     run covers its suite under these limits (``RecordedRun.covers``) is graded from it.
     """
+    # a contradictory suite's tests decide nothing: only its probes run (both gates)
+    items = [(code, _decisive(suite)) for code, suite in items]
     out: list[Graded | None] = [None] * len(items)
     jobs, where = [], []
     for i, (code, suite) in enumerate(items):
@@ -119,7 +155,9 @@ def grade(pool: Any, items: Sequence[tuple[str | None, Suite | None]], *, timeou
 def _not_run(suite: Suite | None, bad: Verdict | None) -> Graded:
     n = len(suite.graded) if suite is not None else 0
     counts = {s: (0, len(getattr(suite, s) if suite else ())) for s in SPLITS}
-    if bad is not None and n:
+    if suite is not None and suite.contradictory:
+        verdict = Verdict(CONTRADICTORY_TESTS, 0, 0, CONTRADICTORY_TESTS, suite.detail)
+    elif bad is not None and n:
         verdict = dataclasses.replace(bad, tests_total=n)
     else:
         verdict = Verdict(NO_TESTS, 0, 0)
@@ -130,12 +168,20 @@ def _not_run(suite: Suite | None, bad: Verdict | None) -> Graded:
                   PROGRAM_FAIL if certifying and bad is not None else PROGRAM_NO_TESTS)
 
 
+def _decisive(suite: Suite | None) -> Suite | None:
+    if suite is None or not suite.contradictory:
+        return suite
+    return dataclasses.replace(suite, visible=(), hidden=(), augmented=())
+
+
 def _fold(suite: Suite, binding: Binding, results: Verdict | list[Any]) -> Graded:
     if isinstance(results, Verdict):  # cannot happen: there is always a probe test
         return _not_run(suite, results)
     n = len(suite.graded)
     graded, probes = results[:n], results[n:]
     verdict = summarize(suite.graded, graded) if n else Verdict(NO_TESTS, 0, 0)
+    if suite.contradictory:
+        verdict = Verdict(CONTRADICTORY_TESTS, 0, 0, CONTRADICTORY_TESTS, suite.detail)
     if n and binding.bound_function is None:
         verdict = dataclasses.replace(verdict, status=NO_ENTRY_POINT, error_class=NO_ENTRY_POINT)
     counts, start = {}, 0

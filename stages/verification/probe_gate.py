@@ -26,6 +26,8 @@ PASS, NO_CODE, NO_ENTRY_POINT, SIGNATURE_MISMATCH, IMPORT_ERROR, EXAMPLE_FAILED 
 PROBE_VERDICTS = (PASS, NO_CODE, NO_ENTRY_POINT, SIGNATURE_MISMATCH, IMPORT_ERROR,
                   EXAMPLE_FAILED)
 PROGRAM_PASS, PROGRAM_FAIL, PROGRAM_NO_TESTS = "pass", "fail", "no_tests"
+# the probe verdicts that say an answer has no usable code: never emitted, whatever the judge said
+NO_USABLE_CODE = (NO_CODE, NO_ENTRY_POINT, SIGNATURE_MISMATCH, IMPORT_ERROR)
 
 # Words between an example call and its value ("f(2) should return 4", "f(2) -> 4", "f(2) is 4").
 _CONNECTOR = re.compile(

@@ -13,10 +13,14 @@ checks, error class X"). No reference solution is ever shown. Every attempt is g
 passes the hidden + augmented tests it never saw, and the visible ones too. Up to ``max_rounds``
 rounds continue the same conversation until it does.
 
-Targets: selected answers whose status is failed, error, timeout, memory or no_entry_point and
-whose instruction has trusted tests.
+Targets: selected answers that verify did not accept (``admission`` ``no_usable_code``,
+``example_failed`` or ``below_pass_fraction``) and whose instruction has trusted tests that do
+not contradict each other: a ``contradictory_tests`` suite is never a target (its feedback would
+push the answer towards one side of the contradiction). A repaired attempt must be verified
+(the example and ``min_pass_fraction`` of the trusted tests, as verify decides).
 
-Output: the verify rows and columns; where a repair succeeded, ``response, code`` and the verify
+Output: the verify rows and columns; where a repair succeeded, ``response`` (the repaired program
+alone, ``plain_answer``: nothing of the repair dialogue), ``code`` and the verify
 grade columns (``status, tests_*, probe_gate, program_gate, bound_function, ...``) are the
 repaired answer's; plus ``repair_rounds`` (rounds tried; 0 when not attempted), ``repaired`` and
 ``repair_trajectory`` (JSON list: round 0 is the original answer, then per round the feedback
@@ -36,8 +40,8 @@ from typing import Any
 import pyarrow as pa
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
-from arenaforge.pipeline.statuses import FAILED_STATUSES, NO_ENTRY_POINT, PASSED
-from arenaforge.stages.verification.grading import Graded, grade
+from arenaforge.pipeline.statuses import PASSED
+from arenaforge.stages.verification.grading import REPAIRABLE, Graded, grade
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, Suite, trusted_suites
 from arenaforge.stages.verification.test_parsing import extract_program, probe_program
 from arenaforge.stages.verification.verify import (
@@ -50,8 +54,6 @@ from arenaforge.stages.verification.verify import (
 )
 from pydantic import Field
 
-REPAIRABLE = (*FAILED_STATUSES, NO_ENTRY_POINT)
-
 
 class RepairConfig(StageConfig):
     """Rounds and sampling of the repair stage (limits default to the verify stage's)."""
@@ -62,6 +64,8 @@ class RepairConfig(StageConfig):
     timeout_s: float | None = Field(None, gt=0, description="None: verify.timeout_s")
     memory_mb: int | None = Field(None, ge=32, description="None: verify.memory_mb")
     fail_fast: bool | None = Field(None, description="None: verify.fail_fast")
+    min_pass_fraction: float | None = Field(
+        None, gt=0, le=1, description="None: verify.min_pass_fraction")
     probe: bool = Field(True, description="run the failing expression to show what it returned")
 
 
@@ -128,9 +132,9 @@ def _probe(pool: Any, items: list[tuple[str, Graded]],
     return out
 
 
-def _certified(g: Graded, suite: Suite) -> bool:
-    # passes everything, and something it never saw certifies it
-    return g.verdict.status == PASSED and bool(suite.certifying)
+def _certified(g: Graded, suite: Suite, min_pass_fraction: float) -> bool:
+    # verified, and something it never saw certifies it
+    return g.verified(min_pass_fraction) and bool(suite.certifying)
 
 
 def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any, pool: Any,
@@ -203,11 +207,23 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
                 g = grades[i]
                 s.update(parse_error=None, last=g, last_code=code)
                 step.update(_grade_dict(g))
-                if _certified(g, suite_of[i]):
-                    s.update(repaired=True, response=reply.text, code=code, graded=g)
+                if _certified(g, suite_of[i], _pass_fraction(cfg)):
+                    s.update(repaired=True, response=plain_answer(code), code=code, graded=g)
             s["trajectory"].append(step)
     return [{key: s[key] for key in ("rounds", "repaired", "response", "code", "graded",
                                      "trajectory")} for s in state]
+
+
+def plain_answer(code: str, language: str = "python") -> str:
+    """The response a repaired answer is emitted with: its program alone, as a first answer to
+    the instruction would give it. The repair reply speaks to the feedback ("Here is the
+    corrected code ... now passes the tests"), which must not reach an SFT target; the reply
+    itself stays in ``repair_trajectory``.
+
+    >>> plain_answer("def f():\n    return 1\n")
+    '```python\ndef f():\n    return 1\n```'
+    """
+    return f"```{language}\n{code.strip()}\n```"
 
 
 def _grade_dict(g: Graded) -> dict:
@@ -218,6 +234,10 @@ def _grade_dict(g: Graded) -> dict:
             "tests_hidden_passed": g.counts["hidden"][0],
             "tests_augmented_passed": g.counts["augmented"][0],
             "probe_gate": g.probe_gate, "program_gate": g.program_gate}
+
+
+def _pass_fraction(cfg: RepairConfig) -> float:
+    return cfg.min_pass_fraction or VerifyConfig().min_pass_fraction
 
 
 def _limits(cfg: RepairConfig) -> dict:
@@ -231,8 +251,10 @@ def _limits(cfg: RepairConfig) -> dict:
 def run(table: pa.Table, cfg: RepairConfig, ctx: StageContext) -> StageResult:
     """Repair the selected answers that failed; grade again; keep every row."""
     rows = table.to_pylist()
+    # a contradictory suite or one without tests is never a target: its feedback would push
+    # the answer towards one side of a contradiction, or towards nothing
     target_idx = [i for i, r in enumerate(rows)
-                  if r["selected"] and r["status"] in REPAIRABLE and r["tests_total"]]
+                  if r["selected"] and r["admission"] in REPAIRABLE and r["tests_total"]]
     results: dict[int, dict] = {}
     if target_idx and cfg.max_rounds:
         ids = sorted({rows[i]["instruction_id"] for i in target_idx})
@@ -245,7 +267,7 @@ def run(table: pa.Table, cfg: RepairConfig, ctx: StageContext) -> StageResult:
 
     repaired = {i: res for i, res in results.items() if res["repaired"]}
     names = [*VERDICT_SCHEMA.names, *GRADE_SCHEMA.names]
-    new = graded_columns([res["graded"] for res in repaired.values()])
+    new = graded_columns([res["graded"] for res in repaired.values()], _pass_fraction(cfg))
     for k, i in enumerate(repaired):
         rows[i].update({name: new[name][k].as_py() for name in names},
                        response=repaired[i]["response"], code=repaired[i]["code"])
@@ -277,12 +299,12 @@ def repair_stats(rows: list[dict], table: pa.Table, results: dict[int, dict],
     for k in range(1, max_rounds + 1):
         stats[f"repaired_within.{k}"] = float(sum(r["repaired"] and r["rounds"] <= k
                                                   for r in results.values()))
-    original = table.column("status").to_pylist()
+    original = table.column("verified").to_pylist()
     tested = [i for i, r in enumerate(rows) if r["selected"] and r["tests_total"]]
     stats["refine.tested"] = float(len(tested))
     for k in range(max_rounds + 1):
         stats[f"refine.passed_within.{k}"] = float(sum(
-            original[i] == PASSED or (i in results and results[i]["repaired"]
+            original[i] or (i in results and results[i]["repaired"]
                                       and results[i]["rounds"] <= k) for i in tested))
     return dict(stats)
 
@@ -292,7 +314,7 @@ STAGE = StageSpec(
     reads={"tests": SUITE_COLUMNS}, prompts=("repair_*.txt",),
     uses_models=True,
     inputs=("instruction_id", "instruction", "model", "response", "code", "status",
-            "tests_passed", "tests_total", "selected"),
+            "tests_passed", "tests_total", "selected", "admission"),
     outputs=("response", "code", *VERDICT_SCHEMA.names, *GRADE_SCHEMA.names, "repair_rounds",
              "repaired", "repair_trajectory"),
 )

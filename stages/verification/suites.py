@@ -3,9 +3,11 @@
 ``trusted_suites(tests_table)`` turns the ``tests`` stage's rows into one ``Suite`` per
 instruction: its entry point (and whether the instruction named it), the names the authors
 called, the call arities (every written or generated call, so that each stage binds a
-candidate the same way), the instruction's example, and the surviving tests by split. Rows from
-before the split existed (``kind``/``split`` null) count as written and hidden: nothing unknown
-is ever shown to repair.
+candidate the same way), the instruction's example, the surviving tests by split (the example's
+own row is a visible test, first) and whether the evidence decided (``status``: ``decided`` or
+``contradictory_tests``, ``arenaforge.stages.verification.evidence``). Rows from before the split
+existed (``kind``/``split`` null) count as written and hidden: nothing unknown is ever shown to
+repair.
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ import pyarrow as pa
 from arenaforge.stages.verification.entry_points import Binding, bind, call_arities
 from arenaforge.stages.verification.test_split import HIDDEN, VISIBLE
 
-WRITTEN, AUGMENTED = "written", "augmented"
+WRITTEN, AUGMENTED, EXAMPLE_KIND = "written", "augmented", "example"
+INSTRUCTION_AUTHOR = "instruction"  # the author of an example row: the instruction itself
 SUITE_COLUMNS = ("instruction_id", "author", "test_idx", "test_code", "survived", "kind",
-                 "split", "entry_point", "entry_source", "signature", "author_name", "example", "call")
+                 "split", "entry_point", "entry_source", "signature", "author_name", "example", "call",
+                 "suite_status", "suite_detail")
+DECIDED = "decided"  # the instruction's evidence decides (``arenaforge.stages.verification.evidence``)
+_KIND_ORDER = {EXAMPLE_KIND: 0, WRITTEN: 1, AUGMENTED: 2}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -36,6 +42,13 @@ class Suite:
     visible: tuple[str, ...] = ()
     hidden: tuple[str, ...] = ()
     augmented: tuple[str, ...] = ()
+    status: str = DECIDED
+    detail: str | None = None
+
+    @property
+    def contradictory(self) -> bool:
+        """The evidence contradicts itself: no test of it accepts or rejects an answer."""
+        return self.status != DECIDED
 
     @property
     def graded(self) -> tuple[str, ...]:
@@ -65,7 +78,7 @@ def trusted_suites(tests: pa.Table) -> dict[str, Suite]:
 def suites_of_rows(rows: list[dict]) -> dict[str, Suite]:
     """``trusted_suites`` on rows as dicts (the tests stage binds with it before it writes)."""
     rows = list(rows)
-    rows.sort(key=lambda r: (r["instruction_id"], r.get("kind") == AUGMENTED,
+    rows.sort(key=lambda r: (r["instruction_id"], _KIND_ORDER.get(r.get("kind"), 1),
                              r["author"] or "", r["test_idx"]))
     by_iid: dict[str, list[dict]] = defaultdict(list)
     for r in rows:
@@ -92,4 +105,6 @@ def _suite(iid: str, rows: list[dict]) -> Suite:
         arities=call_arities(codes, entry),
         example=next((r["example"] for r in rows if r.get("example")), None),
         visible=tuple(split[VISIBLE]), hidden=tuple(split[HIDDEN]),
-        augmented=tuple(split[AUGMENTED]))
+        augmented=tuple(split[AUGMENTED]),
+        status=next((r["suite_status"] for r in rows if r.get("suite_status")), DECIDED),
+        detail=next((r["suite_detail"] for r in rows if r.get("suite_detail")), None))

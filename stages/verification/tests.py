@@ -56,17 +56,33 @@ from arenaforge.stages.verification.augment import (
     outcome_of,
     parse_generated,
 )
-from arenaforge.stages.verification.cross_check import judge_augmented, judge_written
 from arenaforge.stages.verification.entry_points import (
     bind,
     bound_code,
     call_arities,
     instruction_function_name,
 )
+from arenaforge.stages.verification.evidence import (
+    CONTRADICTORY,
+    EXAMPLE,
+    STRENGTH,
+    Candidate,
+    Example,
+    Verdict,
+    program_key,
+    weigh,
+)
 from arenaforge.stages.verification.grading import probes
 from arenaforge.stages.verification.probe_gate import instruction_example
 from arenaforge.stages.verification.recorded_runs import CANDIDATE_RUN, candidate_run
-from arenaforge.stages.verification.suites import AUGMENTED, WRITTEN, Suite, suites_of_rows
+from arenaforge.stages.verification.suites import (
+    AUGMENTED,
+    EXAMPLE_KIND,
+    INSTRUCTION_AUTHOR,
+    WRITTEN,
+    Suite,
+    suites_of_rows,
+)
 from arenaforge.stages.verification.test_parsing import (
     EntryPoint,
     ParsedTests,
@@ -75,7 +91,14 @@ from arenaforge.stages.verification.test_parsing import (
     public_definitions,
     signature_of,
 )
-from arenaforge.stages.verification.test_split import call_and_expected, normalised_call
+from arenaforge.stages.verification.test_split import (
+    VISIBLE,
+    assertion_source,
+    call_and_expected,
+    compares_floats,
+    normalised_call,
+    split_tests,
+)
 from pydantic import Field
 
 DUPLICATE, PARSE_ERROR, NO_ENTRY_POINT = "duplicate", "parse_error", "no_entry_point"
@@ -83,7 +106,8 @@ DUPLICATE, PARSE_ERROR, NO_ENTRY_POINT = "duplicate", "parse_error", "no_entry_p
 TESTS_SCHEMA = pa.schema([
     ("instruction_id", pa.string()), ("author", pa.string()), ("test_idx", pa.int64()),
     ("kind", pa.string()), ("test_code", pa.string()), ("survived", pa.bool_()),
-    ("reason", pa.string()), ("trusted_by", pa.string()), ("split", pa.string()),
+    ("reason", pa.string()), ("trusted_by", pa.string()), ("strength", pa.int64()),
+    ("split", pa.string()),
     ("call", pa.string()), ("expected", pa.string()),
     ("entry_point", pa.string()), ("entry_source", pa.string()), ("signature", pa.string()),
     ("example", pa.string()), ("author_name", pa.string()),
@@ -92,6 +116,7 @@ TESTS_SCHEMA = pa.schema([
     ("parse_error", pa.string()), ("generator", pa.string()), ("generator_error", pa.string()),
     ("generated_inputs", pa.int64()),
     ("graded_passed_by", pa.list_(pa.string())), ("candidate_runs", pa.list_(CANDIDATE_RUN)),
+    ("suite_status", pa.string()), ("suite_detail", pa.string()),
 ])
 
 
@@ -231,13 +256,13 @@ def resolve_entry_point(instruction: str, codes: list[str | None]) -> tuple[Entr
 
 def _base(iid: str, entry: EntryPoint | None, source: str | None, example: str | None) -> dict:
     return {"instruction_id": iid, "kind": WRITTEN, "survived": False, "reason": "",
-            "trusted_by": None, "split": None, "call": None, "expected": None,
+            "trusted_by": None, "strength": None, "split": None, "call": None, "expected": None,
             "entry_point": entry.name if entry else None, "entry_source": source,
             "signature": entry.signature if entry else None, "example": example,
             "author_name": None, "passed_by": [], "contradicted": [], "consensus": [],
             "no_tests": True, "raw": None, "parse_error": None, "generator": None,
             "generator_error": None, "generated_inputs": None, "graded_passed_by": [],
-            "candidate_runs": []}
+            "candidate_runs": [], "suite_status": None, "suite_detail": None}
 
 
 def _written_rows(base: dict, authors: list[str], written: dict, generators: dict) -> list[dict]:
@@ -365,38 +390,77 @@ def _record_runs(rs: list[dict], ran: list[tuple[dict, str]], models: list[str],
         row["candidate_runs"] = records
 
 
+def _example(rs: list[dict]) -> Example | None:
+    shape = call_and_expected(rs[0]["example"], rs[0]["entry_point"]) if rs[0]["example"] else None
+    return Example(*shape) if shape else None
+
+
+def _candidates(runs: list[_Run | None], models: list[str], example: Example | None
+                ) -> list[Candidate]:
+    out = []
+    for model, run in zip(models, runs):
+        if run is None:
+            continue
+        ran = run.probes[1] if example is not None and len(run.probes) > 1 else None
+        out.append(Candidate(
+            model, program_key(run.solution),
+            tuple(r is not None and r.passed for r in run.written),
+            None if example is None else (ran is not None and ran.passed),
+            tuple(outcome_of(r) for r in run.inputs)))
+    return out
+
+
+def _example_row(rs: list[dict], candidates: list[Candidate], verdict: Verdict) -> dict:
+    """The instruction's own example as a trusted test (visible: the instruction shows it)."""
+    example = _example(rs)
+    passed = [c.model for c in candidates if c.example]
+    return dict(rs[0], author=INSTRUCTION_AUTHOR, test_idx=0, kind=EXAMPLE_KIND,
+                test_code=rs[0]["example"], survived=True, reason=None, trusted_by=EXAMPLE,
+                strength=STRENGTH[EXAMPLE], split=VISIBLE, call=example.call,
+                expected=example.expected, author_name=None, passed_by=passed,
+                contradicted=sorted(c.model for c in candidates if c.example is False),
+                raw=None, parse_error=None, generator=None, generator_error=None,
+                generated_inputs=None, graded_passed_by=passed)
+
+
 def _judge(iid: str, rs: list[dict], models: list[str], runs: list, seed: int,
-           stats: dict) -> bool:
-    """Trust and split one instruction's rows; returns ``no_tests``."""
+           stats: dict) -> list[dict]:
+    """Trust and split one instruction's rows (``arenaforge.stages.verification.evidence``);
+    returns the example's row (empty when the instruction states none)."""
     tests = _runnable_written(rs)
     augmented = [r for r in rs if r["kind"] == AUGMENTED]
-    agreed: dict[str, str] = {}
+    example = _example(rs)
+    candidates = _candidates(runs, models, example)
+    duplicates = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == DUPLICATE]
+    verdict = weigh(tests, augmented, candidates, example, duplicates)
+    for row in rs:
+        row.update(suite_status=verdict.status, suite_detail=verdict.detail)
+    for row in tests:
+        if row["survived"] and row["call"] and compares_floats(row["expected"]):
+            # graded with the tolerance that agreement on floats used (an exact `== 0.999`
+            # that no program can meet would stand against every answer)
+            row["test_code"] = assertion_source(row["call"], row["expected"])
+    kept = [r for r in tests if r["survived"]]
+    for row, split in zip(kept, split_tests(seed, iid, len(kept))):
+        row["split"] = split
+    extra = [_example_row(rs, candidates, verdict)] if example is not None else []
+    consensus = rs[0]["consensus"] if rs else []
+    for row in extra:
+        row["consensus"] = consensus
+    stats["augment.inputs"] += len(augmented)
+    stats["augment.agreed"] += sum(r["survived"] for r in augmented)
     for j, row in enumerate(augmented):
-        outcomes = {models[c]: outcome_of(run.inputs[j]) for c, run in enumerate(runs)
-                    if run is not None}
-        vote = judge_augmented(row, outcomes)
-        stats["augment.inputs"] += 1
-        stats["augment.agreed"] += vote.assertable
-        stats["augment.disagreed"] += not vote.unanimous
-        stats["augment.no_majority"] += vote.outcome is None
-        if vote.assertable:
-            agreed[row["call"]] = vote.outcome.detail
-    passes = [[r is not None and r.passed for r in run.written] if run is not None
-              else [False] * len(tests) for run in runs]
-    if tests:
-        duplicates = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == DUPLICATE]
-        judge_written(tests, models, passes, agreed, seed, iid, duplicates)
-    trusted = [r for r in rs if r["survived"]]
-    written_ok = [t for t, r in enumerate(tests) if r["survived"]]
-    aug_ok = [r for r in augmented if r["survived"]]
-    all_fail = bool(trusted) and not any(
-        all(passes[c][t] for t in written_ok) and all(models[c] in r["passed_by"] for r in aug_ok)
-        for c in range(len(models)))
-    stats["instructions_all_fail"] += all_fail
+        outcomes = [c.inputs[j] for c in candidates]
+        stats["augment.disagreed"] += any(not o.same(outcomes[0]) for o in outcomes)
+        stats[f"augment.{row['reason'] or 'trusted'}"] += 1
+    stats["instructions_with_example"] += bool(extra)
+    stats["contradictory_tests"] += verdict.status == CONTRADICTORY
+    trusted = [r for r in (*rs, *extra) if r["survived"]]
+    stats["instructions_all_fail"] += bool(trusted) and not consensus
     for r in trusted:
         stats[f"trusted.{r['trusted_by']}"] += 1
         stats[f"split.{r['split']}"] += 1
-    return not trusted
+    return extra
 
 
 def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
@@ -449,8 +513,9 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
     for iid, rs in rows.items():
         models = [r["model"] for r in answers[iid]]
         ran = [(r, r["test_code"]) for r in _runnable_written(rs)]
-        no_tests = _judge(iid, rs, models, runs[iid], ctx.seed, stats)
+        rs.extend(_judge(iid, rs, models, runs[iid], ctx.seed, stats))
         _record_runs(rs, ran, models, runs[iid], cfg)
+        no_tests = not any(r["survived"] for r in rs)
         for r in rs:
             r.pop("_args", None)
             r["no_tests"] = no_tests

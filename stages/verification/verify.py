@@ -47,7 +47,7 @@ from arenaforge.stages.verification.execution import (  # noqa: F401  (re-export
     execute,
     summarize,
 )
-from arenaforge.stages.verification.grading import Graded, grade
+from arenaforge.stages.verification.grading import VERIFIED, Graded, grade
 from arenaforge.stages.verification.recorded_runs import EVIDENCE_COLUMNS, recorded_runs
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, suites_of_rows
 from pydantic import Field
@@ -65,6 +65,9 @@ class VerifyConfig(StageConfig):
         True, description="grade an answer from the tests stage's run of the same program when "
         "that run passed every trusted test and decided both probes under limits no looser "
         "than these (arenaforge.stages.verification.recorded_runs); False: run every answer again")
+    min_pass_fraction: float = Field(
+        1.0, gt=0, le=1, description="share of an instruction's trusted tests an answer must "
+        "pass to be verified (the instruction's own example always; 1.0: every test)")
     min_pass_rate: float = Field(
         0.0, ge=0, le=1, description="execution_first: execution overrides the judge only when "
         "the best answer passes at least this fraction (AceCoder: 0.8)")
@@ -73,7 +76,8 @@ class VerifyConfig(StageConfig):
         "many pass-rate points (AceCoder: 0.4)")
 
 
-def _select(rows: list[dict], verdicts: list[Verdict], rate: dict, cfg: VerifyConfig) -> list[dict]:
+def _select(rows: list[dict], grades: Sequence[Graded], rate: dict,
+            cfg: VerifyConfig) -> list[dict]:
     """Per-row selection columns (``judge_winner, final_score, judge_pick, selected, flipped,
     replaced_judge_pick``)."""
     out = [{"judge_winner": False, "final_score": None, "judge_pick": None, "selected": False,
@@ -87,8 +91,8 @@ def _select(rows: list[dict], verdicts: list[Verdict], rate: dict, cfg: VerifyCo
             score, winner = rate.get((iid, rows[i]["model"]), (None, None))
             out[i].update(final_score=score, judge_winner=winner is not None
                           and winner == rows[i]["model"])
-            cands.append(Candidate(rows[i]["model"], verdicts[i].status == PASSED,
-                                   verdicts[i].pass_rate, score, out[i]["judge_winner"]))
+            cands.append(Candidate(rows[i]["model"], grades[i].verified(cfg.min_pass_fraction),
+                                   grades[i].verdict.pass_rate, score, out[i]["judge_winner"]))
         choice = select_answer(cands, cfg.rule, cfg.min_pass_rate, cfg.min_gap)
         pick = select_answer(cands, "judge").index
         for i in idx:
@@ -110,7 +114,7 @@ GRADE_SCHEMA = pa.schema([
     ("tests_hidden", pa.int64()), ("tests_hidden_passed", pa.int64()),
     ("tests_augmented", pa.int64()), ("tests_augmented_passed", pa.int64()),
     ("probe_gate", pa.string()), ("program_gate", pa.string()),
-    ("reused_tests_run", pa.bool_()),
+    ("reused_tests_run", pa.bool_()), ("admission", pa.string()), ("verified", pa.bool_()),
 ])
 SELECTION_SCHEMA = pa.schema([
     ("judge_winner", pa.bool_()), ("final_score", pa.float64()), ("judge_pick", pa.string()),
@@ -135,8 +139,10 @@ def verdict_columns(verdicts: Sequence[Verdict]) -> dict[str, pa.Array]:
             for f in VERDICT_SCHEMA}
 
 
-def graded_columns(grades: Sequence[Graded]) -> dict[str, pa.Array]:
-    """The verdict and grade columns of the verify schema (verify's and repair's rows)."""
+def graded_columns(grades: Sequence[Graded], min_pass_fraction: float) -> dict[str, pa.Array]:
+    """The verdict and grade columns of the verify schema (verify's and repair's rows):
+    ``admission`` is where execution stops the answer (``Graded.admission``), ``verified``
+    whether it gets through."""
     columns = verdict_columns([g.verdict for g in grades])
     values: dict[str, list] = {f.name: [] for f in GRADE_SCHEMA}
     for g in grades:
@@ -150,12 +156,14 @@ def graded_columns(grades: Sequence[Graded]) -> dict[str, pa.Array]:
         values["probe_gate"].append(g.probe_gate)
         values["program_gate"].append(g.program_gate)
         values["reused_tests_run"].append(g.reused)
+        values["admission"].append(g.admission(min_pass_fraction))
+        values["verified"].append(values["admission"][-1] == VERIFIED)
     columns.update({f.name: pa.array(values[f.name], f.type) for f in GRADE_SCHEMA})
     return columns
 
 
-def verify_stats(rows: list[dict], grades: Sequence[Graded],
-                 sel: list[dict]) -> dict[str, float]:
+def verify_stats(rows: list[dict], grades: Sequence[Graded], sel: list[dict],
+                 min_pass_fraction: float) -> dict[str, float]:
     """Per-model tested/passed counts and the judge-vs-execution counters of a shard.
 
     Counts only: the runner adds shard stats up, so a rate here would be summed (a pass rate is
@@ -168,6 +176,9 @@ def verify_stats(rows: list[dict], grades: Sequence[Graded],
         stats[f"probe_gate.{g.probe_gate}"] += 1
         stats["reused_tests_run"] += g.reused
         stats[f"program_gate.{g.program_gate}"] += 1
+        step = g.admission(min_pass_fraction)
+        stats[f"admission.{step}"] += 1
+        stats[f"admission.selected.{step}"] += s["selected"]
         if g.binding is not None:
             stats[f"binding.{g.binding.rule}"] += 1
         if v.status == NO_TESTS:
@@ -175,9 +186,10 @@ def verify_stats(rows: list[dict], grades: Sequence[Graded],
             continue
         stats[f"tested.{model}"] += 1
         stats[f"passed.{model}"] += v.status == PASSED
+        stats[f"verified.{model}"] += step == VERIFIED
         stats[f"no_entry_point.{model}"] += v.status == NO_ENTRY_POINT
-        winners_failed += s["judge_winner"] and v.status != PASSED
-        stats["selected_passed"] += s["selected"] and v.status == PASSED
+        winners_failed += s["judge_winner"] and step != VERIFIED
+        stats["selected_passed"] += s["selected"] and step == VERIFIED
     stats["winners_failed"] = float(winners_failed)
     stats["flipped"] = float(sum(s["flipped"] for s in sel))
     stats["no_tests"] = float(len(no_tests))
@@ -201,12 +213,13 @@ def run(table: pa.Table, cfg: VerifyConfig, ctx: StageContext) -> StageResult:
                    timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, fail_fast=cfg.fail_fast,
                    recorded=[runs.get((r["instruction_id"], r["model"])) for r in rows])
     ctx.advance(len(rows))
-    sel = _select(rows, [g.verdict for g in grades], rate, cfg)
-    columns = graded_columns(grades)
+    sel = _select(rows, grades, rate, cfg)
+    columns = graded_columns(grades, cfg.min_pass_fraction)
     for f in SELECTION_SCHEMA:
         values = [cfg.rule] * len(rows) if f.name == "selection_rule" else [s[f.name] for s in sel]
         columns[f.name] = pa.array(values, f.type)
-    return StageResult(table=with_columns(table, columns), stats=verify_stats(rows, grades, sel))
+    return StageResult(table=with_columns(table, columns), stats=verify_stats(rows, grades, sel,
+                                                                  cfg.min_pass_fraction))
 
 
 STAGE = StageSpec(

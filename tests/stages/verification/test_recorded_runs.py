@@ -158,6 +158,8 @@ CONCAT = "Write a function `concat(a, b)` that joins two strings."
 EXACT = "def concat(a, b):\n    return a + b\n"
 # returns a str subclass: its repr is the exact answer's, but the sandbox's assertions refuse it
 SUBCLASS = ("class S(str):\n    pass\n\n\ndef concat(a, b):\n    return S(a + b)\n")
+# the same, written another way: two independent programs (one program twice is one vote)
+SUBCLASS_2 = ("class T(str):\n    pass\n\n\ndef concat(x, y):\n    return T(x + y)\n")
 TESTS = "```python\nassert concat('a', 'b') == 'ab'\nassert concat('', 'x') == 'x'\n```"
 INPUTS = "```python\ndef generate_inputs():\n    return [('p', 'q'), ('r', '')]\n```"
 
@@ -171,13 +173,14 @@ class Author:
 def test_a_value_that_only_looks_like_a_literal_is_never_asserted_nor_recorded(sandbox_pool):
     answers = pa.table({"instruction_id": ["c"] * 3, "instruction": [CONCAT] * 3,
                         "model": ["m1", "m2", "m3"], "response": ["..."] * 3,
-                        "code": [EXACT, SUBCLASS, SUBCLASS]})
+                        "code": [EXACT, SUBCLASS, SUBCLASS_2]})
     cfg = TestGenConfig(authors=["m1"], tests_per_author=2, inputs_per_author=2)
     rows = run_tests_stage(answers, cfg, Ctx(sandbox_pool, {"m1": Author()})).table.to_pylist()
     augmented = [r for r in rows if r["kind"] == "augmented"]
     assert len(augmented) == 2
-    # two of three candidates agree on 'pq', but as a str subclass: not an assertable value
-    assert all(not r["survived"] and r["reason"] == "not_literal" for r in augmented)
+    # two of three candidates agree on 'pq', but as a str subclass: they fail the written
+    # tests (the sandbox compares exact types), so they do not vote, and no value is asserted
+    assert all(not r["survived"] and r["reason"] == "no_majority" for r in augmented)
     assert [json.loads(r["raw"]) for r in augmented] == [
         {"m1": f"value: {v}", "m2": f"value: ~{v}", "m3": f"value: ~{v}"} for v in ("'pq'", "'r'")]
     written = [r for r in rows if r["kind"] == "written"]

@@ -69,7 +69,10 @@ def verify_rows():
                 "failed_test": TESTS[0] if failed else None, "stdout_tail": "",
                 "stderr_tail": "", "duration_s": 0.01, "judge_winner": selected,
                 "final_score": 0.5, "selected": selected, "selection_rule": "judge",
-                "flipped": False}
+                "flipped": False, "verified": status == "passed",
+                "admission": {"passed": "verified", "no_tests": "no_tests",
+                              "no_entry_point": "no_usable_code"}.get(status,
+                                                                       "below_pass_fraction")}
         return {**base, **kw}
     return pa.Table.from_pylist([
         row("i1", "m1", WRONG, "failed", 0, 3, True),
@@ -109,7 +112,10 @@ def test_failing_winner_is_repaired_in_round_two(pool):
     fixed = rows["i1", "m1"]
     assert (fixed["status"], fixed["tests_passed"], fixed["repaired"], fixed["repair_rounds"]) == \
         ("passed", 3, True, 2)
-    assert fixed["code"] == GOOD and fixed["response"] == fence(GOOD)
+    # the repair reply ("Here is the fix: ...") stays in the trajectory; the emitted response is
+    # the program alone, as a first answer would give it
+    assert fixed["code"] == GOOD and fixed["response"] == "```python\n" + GOOD.strip() + "\n```"
+    assert "fix" not in fixed["response"].lower()
     steps = json.loads(fixed["repair_trajectory"])
     assert [s["round"] for s in steps] == [0, 1, 2]
     assert steps[0]["code"] == WRONG and steps[0]["status"] == "failed"
@@ -189,6 +195,8 @@ def test_an_answer_without_the_entry_point_is_asked_for_it(pool):
     table = table.set_column(table.column_names.index("code"), "code", pa.array([unbound]))
     table = table.set_column(table.column_names.index("status"), "status",
                              pa.array(["no_entry_point"]))
+    table = table.set_column(table.column_names.index("admission"), "admission",
+                             pa.array(["no_usable_code"]))
     m1 = ScriptedAuthor([fence(GOOD)])
     result = run(table, RepairConfig(max_rounds=1), Ctx(pool, {"m1": m1}, make_tests_table()))
     [row] = result.table.to_pylist()

@@ -165,19 +165,25 @@ def test_stage_cross_checks_against_all_answers(pool):
     result = run(answers, TestGenConfig(authors=list(authors)), Ctx(pool, authors))
     rows = result.table.to_pylist()
     i1 = {(r["author"], r["test_idx"]): r for r in rows if r["instruction_id"] == "i1"}
-    # m1's tests: t0 passed by the consensus {m1, m2}; t1 passed by nobody; t2 by everyone
-    assert i1["m1", 0]["survived"] and i1["m1", 0]["passed_by"] == ["m1", "m2"]
-    assert (i1["m1", 1]["survived"], i1["m1", 1]["reason"]) == (False, "no_candidate_passes")
+    # m1's tests: t0 passed by {m1, m2} and written by m3 too; t1 passed by nobody; t2 by all
+    assert i1["m1", 0]["passed_by"] == ["m1", "m2"]
+    assert (i1["m1", 0]["survived"], i1["m1", 0]["trusted_by"]) == (True, "authors_agree")
+    # a test no answer passes is evidence against the answers: it stays (strength 1)
+    assert (i1["m1", 1]["survived"], i1["m1", 1]["reason"], i1["m1", 1]["trusted_by"],
+            i1["m1", 1]["strength"]) == (True, None, "written", 1)
     assert i1["m1", 2]["survived"] and i1["m1", 2]["passed_by"] == ["m1", "m2", "m3"]
+    assert i1["m1", 2]["trusted_by"] == "written+passer"
     # m2 wrote nothing usable: kept as a value with its raw text
     assert (i1["m2", -1]["reason"], i1["m2", -1]["raw"]) == ("parse_error",
                                                              "I would test it by hand.")
     assert i1["m2", -1]["parse_error"] == "no assert calling add found"
-    # m3's first test encodes the wrong answer's behaviour; its second duplicates m1's
-    assert (i1["m3", 0]["survived"], i1["m3", 0]["reason"]) == (False, "contradicts_consensus")
+    # m3's first test encodes its own wrong answer's behaviour (only that answer passes it):
+    # nothing contradicts it on its call, so it stays, as weak evidence; its second duplicates
+    assert (i1["m3", 0]["survived"], i1["m3", 0]["trusted_by"]) == (True, "written")
     assert (i1["m3", 1]["survived"], i1["m3", 1]["reason"]) == (False, "duplicate")
-    assert all(r["consensus"] == ["m1", "m2"] for k, r in i1.items() if k[1] >= 0
-               and r["reason"] != "duplicate")
+    # no answer passes every trusted test, so none will be verified
+    assert all(r["consensus"] == [] for k, r in i1.items() if k[1] >= 0)
+    assert {r["suite_status"] for r in i1.values()} == {"decided"}
     assert not any(r["no_tests"] for r in i1.values())
     assert {r["entry_point"] for r in i1.values()} == {"add"}
     # i2 has no code at all: no entry point, nobody was asked, marked no_tests
@@ -185,6 +191,7 @@ def test_stage_cross_checks_against_all_answers(pool):
     assert len(i2) == 3 and all(r["no_tests"] and r["reason"] == "no_entry_point" for r in i2)
     assert all("Print a poem" not in c[1]["content"] for a in authors.values() for c in a.seen)
     s = result.stats
-    assert s["tests_written.m1"] == 3 and s["tests_survived.m1"] == 2
+    assert s["tests_written.m1"] == 3 and s["tests_survived.m1"] == 3
     assert s["parse_errors.m2"] == 1 and s["instructions_no_tests"] == 1
-    assert s["discarded.contradicts_consensus"] == 1 and s["discarded.duplicate"] == 1
+    assert s["discarded.duplicate"] == 1 and s["instructions_all_fail"] == 1
+    assert not any(k.startswith("discarded.") and k != "discarded.duplicate" for k in s)

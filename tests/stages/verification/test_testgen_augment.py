@@ -124,14 +124,19 @@ def test_majority_agreed_outputs_become_assertions_and_the_disagreement_is_kept(
             s["augment.no_majority"]) == (4, 2, 2, 1)
 
 
-def test_a_written_test_the_majority_contradicts_is_dropped(tested):
+def test_of_two_authors_disagreeing_on_a_call_the_independent_majority_decides(tested):
     _, _, result = tested
     written = {(r["author"], r["test_idx"]): r for r in _rows(result, "c")
                if r["kind"] == "written"}
-    assert written["m2", 1]["reason"] == "contradicts_augmentation"  # classify(0) == 'pos'
-    assert written["m1", 0]["trusted_by"] == "candidate_pass"
+    # classify(0): m1 expects 'zero' (passed by m2's answer too), m2 expects 'pos' (passed by
+    # m3's only); both are one contestant's test confirmed by another model, and two different
+    # programs (m1's and m2's) return 'zero': the stronger value
+    assert (written["m2", 1]["survived"], written["m2", 1]["reason"]) == \
+        (False, "contradicts_stronger")
+    assert written["m1", 0]["trusted_by"] == "written+passer"
     kept = [r for r in written.values() if r["survived"]]
     assert sorted(r["split"] for r in kept) == ["hidden", "hidden", "visible"]
+    assert {r["suite_status"] for r in _rows(result, "c")} == {"decided"}
 
 
 def test_two_authors_agreeing_trust_a_test_no_answer_passes(tested):
@@ -144,13 +149,16 @@ def test_two_authors_agreeing_trust_a_test_no_answer_passes(tested):
     # double(2) == 4 written twice (spelled differently), double(3) == 6 twice (the same text:
     # the second is a duplicate and still counts as m2's vote); no answer passes either
     for key in (("m1", 0), ("m2", 0), ("m1", 2)):
-        assert (rows[key]["survived"], rows[key]["trusted_by"]) == (True, "author_agreement")
-        assert rows[key]["passed_by"] == []
+        assert (rows[key]["survived"], rows[key]["trusted_by"]) == (True, "authors_agree")
+        assert rows[key]["passed_by"] == [] and rows[key]["strength"] == 3
     assert rows["m2", 1]["reason"] == "duplicate"
-    # double(0) == 0 is passed by 3 * n only, double(5) == 11 by n + n + 1 only: a tie
-    assert rows["m1", 1]["reason"] == rows["m2", 2]["reason"] == "no_consensus"
+    # double(0) == 0 is passed by 3 * n only, double(5) == 11 by n + n + 1 only: each is its
+    # author's own answer's behaviour, unconfirmed, and stays (a wrong answer never removes a
+    # test); no answer passes everything
+    for key in (("m1", 1), ("m2", 2)):
+        assert (rows[key]["survived"], rows[key]["trusted_by"]) == (True, "written")
     assert result.stats["instructions_all_fail"] == 1
-    assert result.stats["trusted.author_agreement"] == 3
+    assert result.stats["trusted.authors_agree"] == 3
 
 
 def test_verify_binds_the_other_name_and_records_both_gates(tested, sandbox_pool):

@@ -1,0 +1,332 @@
+"""Which expectations of one instruction to trust, by evidence (pure; no execution).
+
+A verified answer must be right for its instruction, so a test is never dropped because the
+answers fail it: a test that no answer passes is evidence *against* the answers. A test is
+dropped only for a reason about the test itself, and every trusted expectation records the
+evidence it stands on (``trusted_by``) and how strong that is (``strength``):
+
+========================  ========  ===============================================================
+``trusted_by``            strength  the evidence
+========================  ========  ===============================================================
+``example``               4         the instruction's own worked example (``f(2) returns 4``)
+``authors_agree``         3         two or more authors expect the same value for the same call
+``independent_author``    2         written by an author who is none of the answers' models
+``written+passer``        2         written by a contestant and passed by another model's answer
+``written``               1         written by a contestant, confirmed by no other model
+``majority``              1         generated input: independent answers return the same value
+========================  ========  ===============================================================
+
+Rules, in order (``weigh``):
+
+1. **The example is a hard test.** A written test that expects another value for the example's
+   call is dropped (``contradicts_example``), and so is every other test of its author
+   (``author_contradicts_example``): that author misread the task.
+2. **Direct contradictions.** When trusted written tests expect different values for the same
+   call, the strictly strongest value stays and the others are dropped
+   (``contradicts_stronger``); when no value is strictly strongest the instruction is
+   ``contradictory_tests`` and is never used to accept or reject an answer. A value's strength
+   is its strongest test's, plus one when an independent majority of the answers (rule 4's
+   sense of independent: different programs) return it.
+3. **A suite that no answer passes is examined.** When every test is passed by some answer but
+   no answer passes them all, the tests are grouped by author (the example a group of its own):
+   two groups that some answers satisfy in full, but never together, contradict each other
+   (two authors read the task two ways). Against the example the author loses (its tests are
+   dropped, ``author_contradicts_example``); between two authors the instruction is
+   ``contradictory_tests``. A test that no answer passes is kept: the answers are wrong, or the
+   test is, and nothing here tells which, so no answer is verified.
+4. **A majority is evidence only among independent, consistent answers.** A generated input's
+   output becomes an expectation (``majority``) when the answers that pass every trusted written
+   test and the example (the voters) agree on it, and the agreeing answers are at least two
+   *different programs* (``program_key``: the same code up to formatting, comments, docstrings
+   and a ``__main__`` demo is one program, whichever models wrote it) and more than half of the
+   voters' distinct programs. Two experts that emit the same wrong program are one vote
+   (``not_independent``). A majority value that contradicts a written test or the example on the
+   same call is dropped (``contradicts_stronger``).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import hashlib
+import json
+from collections import defaultdict
+from collections.abc import Sequence
+
+from arenaforge.pipeline.statuses import CONTRADICTORY_TESTS
+from arenaforge.stages.verification.augment import Outcome
+from arenaforge.stages.verification.suites import DECIDED
+from arenaforge.stages.verification.test_parsing import strip_main_guard
+from arenaforge.stages.verification.test_split import (
+    HIDDEN,
+    assertion_source,
+    is_literal,
+    reprs_agree,
+)
+
+EXAMPLE, AUTHORS_AGREE, INDEPENDENT_AUTHOR = "example", "authors_agree", "independent_author"
+WRITTEN_PASSER, WRITTEN, MAJORITY = "written+passer", "written", "majority"
+STRENGTH = {EXAMPLE: 4, AUTHORS_AGREE: 3, INDEPENDENT_AUTHOR: 2, WRITTEN_PASSER: 2, WRITTEN: 1,
+            MAJORITY: 1}
+TRUSTED_BY = tuple(STRENGTH)
+
+# why a test is not trusted (the ``reason`` column); reasons about the test, never "it fails"
+CONTRADICTS_EXAMPLE = "contradicts_example"
+AUTHOR_CONTRADICTS_EXAMPLE = "author_contradicts_example"
+CONTRADICTS_STRONGER = "contradicts_stronger"
+NO_MAJORITY, NOT_INDEPENDENT = "no_majority", "not_independent"
+NOT_LITERAL, AGREED_NO_VALUE = "not_literal", "agreed_no_value"
+
+# the instruction's verdict on its own evidence
+CONTRADICTORY = CONTRADICTORY_TESTS
+
+
+def program_key(code: str | None) -> str | None:
+    """What makes two answers one program: the code's syntax tree without docstrings and
+    without a ``__main__`` demo block (formatting and comments never reach the tree).
+
+    >>> program_key("def f(x):\\n    '''Doc.'''\\n    return x  # id\\n") == program_key(
+    ...     "def f(x): return x\\nif __name__ == '__main__':\\n    print(f(1))\\n")
+    True
+    """
+    if not code:
+        return None
+    try:
+        tree = ast.parse(strip_main_guard(code))
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
+        return hashlib.sha256(code.encode()).hexdigest()[:16]
+    for node in ast.walk(tree):
+        body = getattr(node, "body", None)
+        if (isinstance(body, list) and body and isinstance(body[0], ast.Expr)
+                and isinstance(body[0].value, ast.Constant)
+                and isinstance(body[0].value.value, str)):
+            node.body = body[1:] or [ast.Pass()]
+    return hashlib.sha256(ast.dump(tree).encode()).hexdigest()[:16]
+
+
+@dataclasses.dataclass(frozen=True)
+class Candidate:
+    """What one answer did on the instruction's tests.
+
+    Attributes:
+        model: the answer's model.
+        program: ``program_key`` of the program that ran (None: it did not run).
+        written: per written test (in the order ``weigh`` receives them), passed or not
+            (None: not run).
+        example: passed the instruction's example (None: no example, or not run).
+        inputs: per augmented row, its outcome on that input.
+    """
+
+    model: str
+    program: str | None
+    written: tuple[bool | None, ...]
+    example: bool | None
+    inputs: tuple[Outcome, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class Example:
+    """The instruction's own example as a call and its expected value (both normalised)."""
+
+    call: str
+    expected: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Verdict:
+    """The instruction's verdict on its evidence: ``decided`` or ``contradictory_tests`` (with
+    what contradicts what)."""
+
+    status: str
+    detail: str | None = None
+
+
+def _drop(row: dict, reason: str) -> None:
+    row.update(survived=False, reason=reason, trusted_by=None, strength=None, split=None)
+
+
+def _trust(row: dict, by: str) -> None:
+    row.update(survived=True, reason=None, trusted_by=by, strength=STRENGTH[by])
+
+
+def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequence[Candidate],
+          example: Example | None, duplicates: Sequence[dict] = ()) -> Verdict:
+    """Decide trust for one instruction; updates the rows in place.
+
+    Args:
+        written: the runnable written test rows (``author``, ``call``, ``expected`` where the
+            test has that shape; duplicates and unparsed tests are not among them).
+        augmented: the generated-input rows (``call`` set).
+        candidates: every answer that ran, with its results in the order of the rows.
+        example: the instruction's example, when it states one.
+        duplicates: written rows whose text repeats an earlier test (not run): another author
+            writing the same test is that author's agreement.
+
+    Sets ``survived, reason, trusted_by, strength, passed_by, contradicted, consensus`` on
+    every row (and ``expected, test_code`` on trusted augmented rows).
+    """
+    models = {c.model for c in candidates}
+    for t, row in enumerate(written):
+        row.update(reason=None, passed_by=[c.model for c in candidates if c.written[t]],
+                   contradicted=[])
+    discredited = {row["author"] for row in written if example is not None
+                   and row["call"] == example.call and row["expected"] is not None
+                   and not reprs_agree(row["expected"], example.expected)}
+    for row in written:
+        if row["author"] in discredited:
+            _drop(row, CONTRADICTS_EXAMPLE if row["call"] == getattr(example, "call", None)
+                  else AUTHOR_CONTRADICTS_EXAMPLE)
+    live = [t for t, r in enumerate(written) if r["reason"] is None]
+    others = [*(written[u] for u in live),
+              *(d for d in duplicates if d["author"] not in discredited)]
+    for t in live:
+        _trust(written[t], _evidence(written[t], others, models))
+    verdict = _direct_conflicts(written, candidates)
+    if verdict.status == DECIDED:
+        verdict = _examine(written, candidates, example)
+    voters = [c for c in candidates if _consistent(c, written, example)]
+    for j, row in enumerate(augmented):
+        _vote(row, j, candidates, voters, written, example)
+    passing = sorted(c.model for c in voters if _passes_augmented(c, augmented))
+    for row in (*written, *augmented):
+        row["consensus"] = passing
+    return verdict
+
+
+def _evidence(row: dict, live: Sequence[dict], models: set[str]) -> str:
+    if row["call"] is not None and row["expected"] is not None and any(
+            o["author"] != row["author"] and o["call"] == row["call"]
+            and o["expected"] is not None and reprs_agree(o["expected"], row["expected"])
+            for o in live):
+        return AUTHORS_AGREE
+    if any(o["author"] != row["author"] and o["test_code"] == row["test_code"] for o in live):
+        return AUTHORS_AGREE
+    if row["author"] not in models:
+        return INDEPENDENT_AUTHOR
+    if any(m != row["author"] for m in row["passed_by"]):
+        return WRITTEN_PASSER
+    return WRITTEN
+
+
+def _direct_conflicts(written: Sequence[dict], candidates: Sequence[Candidate]) -> Verdict:
+    """Rule 2. A value's strength is its strongest test's, plus one when an independent
+    majority of the answers return it (the answers that pass a test expecting it are at least
+    two different programs and more than half of all the answers' programs)."""
+    programs = {c.program for c in candidates if c.program is not None}
+    by_call: dict[str, list[dict]] = defaultdict(list)
+    for row in written:
+        if row["survived"] and row["call"] is not None and row["expected"] is not None:
+            by_call[row["call"]].append(row)
+    details = []
+    for call, rows in by_call.items():
+        values: list[list[dict]] = []
+        for row in rows:
+            same = next((v for v in values if reprs_agree(v[0]["expected"], row["expected"])),
+                        None)
+            if same is None:
+                values.append([row])
+            else:
+                same.append(row)
+        if len(values) < 2:
+            continue
+        strength = []
+        for v in values:
+            index = [t for t, r in enumerate(written) if any(r is x for x in v)]
+            backers = {c.program for c in candidates if c.program is not None
+                       and any(c.written[t] for t in index)}
+            majority = len(backers) >= 2 and 2 * len(backers) > len(programs)
+            strength.append(max(r["strength"] for r in v) + majority)
+        top = max(strength)
+        if strength.count(top) > 1:
+            shown = " vs ".join(f"{v[0]['expected']} ({', '.join(sorted({r['author'] for r in v}))})"
+                                for v, s in zip(values, strength) if s == top)
+            details.append(f"{call}: {shown}")
+            continue
+        for v, s in zip(values, strength):
+            if s < top:
+                for row in v:
+                    _drop(row, CONTRADICTS_STRONGER)
+    if details:
+        return Verdict(CONTRADICTORY, "; ".join(details))
+    return Verdict(DECIDED)
+
+
+def _examine(written: Sequence[dict], candidates: Sequence[Candidate],
+             example: Example | None) -> Verdict:
+    """Rule 3: groups (authors, the example) that answers satisfy apart but never together."""
+    while True:
+        live = [t for t, r in enumerate(written) if r["survived"]]
+        groups: dict[str, list[int]] = defaultdict(list)
+        for t in live:
+            groups[written[t]["author"]].append(t)
+        names = ([EXAMPLE] if example is not None else []) + sorted(groups)
+        sat = {g: {c.model for c in candidates if c.example} if g == EXAMPLE
+               else {c.model for c in candidates if all(c.written[t] for t in groups[g])}
+               for g in names}
+        everyone = set.intersection(*sat.values()) if names else set()
+        each_passed = all(any(c.written[t] for c in candidates) for t in live) and (
+            example is None or any(c.example for c in candidates))
+        if everyone or not each_passed or not candidates:
+            return Verdict(DECIDED)
+        clash = next(((a, b) for i, a in enumerate(names) for b in names[i + 1:]
+                      if sat[a] and sat[b] and not sat[a] & sat[b]),
+                     None)
+        if clash is None:
+            return Verdict(DECIDED)
+        a, b = clash
+        if a == EXAMPLE:
+            for t in groups[b]:
+                _drop(written[t], AUTHOR_CONTRADICTS_EXAMPLE)
+            continue
+        return Verdict(CONTRADICTORY, f"no answer satisfies both {a}'s and {b}'s tests")
+
+
+def _consistent(c: Candidate, written: Sequence[dict], example: Example | None) -> bool:
+    return c.program is not None and all(
+        c.written[t] for t, r in enumerate(written) if r["survived"]) and (
+        example is None or bool(c.example))
+
+
+def _passes_augmented(c: Candidate, augmented: Sequence[dict]) -> bool:
+    return all(c.inputs[j].is_exactly(r["expected"]) for j, r in enumerate(augmented)
+               if r["survived"])
+
+
+def _vote(row: dict, j: int, candidates: Sequence[Candidate], voters: Sequence[Candidate],
+          written: Sequence[dict], example: Example | None) -> None:
+    row["raw"] = json.dumps({c.model: c.inputs[j].as_text() for c in candidates},
+                            sort_keys=True)
+    groups: list[list[Candidate]] = []
+    for c in voters:
+        same = next((g for g in groups if g[0].inputs[j].same(c.inputs[j])), None)
+        if same is None:
+            groups.append([c])
+        else:
+            same.append(c)
+    programs = len({c.program for c in voters})
+    best = max(groups, key=lambda g: (len({c.program for c in g}), len(g)), default=[])
+    distinct = len({c.program for c in best})
+    row["contradicted"] = []
+    row["passed_by"] = []
+    if distinct < 2 or 2 * distinct <= programs:
+        _drop(row, NOT_INDEPENDENT if len(best) >= 2 and 2 * len(best) > len(voters)
+              else NO_MAJORITY)
+        return
+    outcome = best[0].inputs[j]
+    if outcome.kind != "value":
+        _drop(row, AGREED_NO_VALUE)
+        return
+    if not outcome.exact or not is_literal(outcome.detail):
+        _drop(row, NOT_LITERAL)  # a repr that only looks like a literal is never asserted
+        return
+    stronger = [r["expected"] for r in written if r["survived"] and r["call"] == row["call"]]
+    if example is not None and example.call == row["call"]:
+        stronger.append(example.expected)
+    row["expected"] = outcome.detail
+    if any(not reprs_agree(e, outcome.detail) for e in stronger if e is not None):
+        _drop(row, CONTRADICTS_STRONGER)
+        return
+    _trust(row, MAJORITY)
+    row.update(split=HIDDEN, passed_by=sorted(c.model for c in best),
+               contradicted=sorted(c.model for c in candidates if not c.inputs[j].same(outcome)),
+               test_code=assertion_source(row["call"], outcome.detail))

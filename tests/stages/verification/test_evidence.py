@@ -1,0 +1,155 @@
+"""The evidence rules of the tests stage (``arenaforge.stages.verification.evidence``), pure."""
+
+from arenaforge.stages.verification.augment import Outcome
+from arenaforge.stages.verification.evidence import (
+    AUTHOR_CONTRADICTS_EXAMPLE,
+    AUTHORS_AGREE,
+    CONTRADICTORY,
+    CONTRADICTS_EXAMPLE,
+    CONTRADICTS_STRONGER,
+    DECIDED,
+    INDEPENDENT_AUTHOR,
+    MAJORITY,
+    NO_MAJORITY,
+    NOT_INDEPENDENT,
+    NOT_LITERAL,
+    WRITTEN,
+    WRITTEN_PASSER,
+    Candidate,
+    Example,
+    program_key,
+    weigh,
+)
+
+
+def written(author: str, call: str, expected: str) -> dict:
+    return {"author": author, "call": call, "expected": expected, "survived": False,
+            "reason": "", "test_code": f"assert {call} == {expected}", "split": None}
+
+
+def aug(call: str) -> dict:
+    return {"author": "a", "call": call, "expected": None, "survived": False, "reason": "",
+            "test_code": None, "split": None, "kind": "augmented"}
+
+
+def cand(model: str, written, example=None, inputs=(), program=None) -> Candidate:
+    return Candidate(model, program or f"prog-{model}", tuple(written), example,
+                     tuple(Outcome("value", v) for v in inputs))
+
+
+def test_a_test_no_answer_passes_stays_trusted_and_blocks_the_answers():
+    # count_primes(10) == 4 from a contestant, failed by both answers (one of them its own)
+    rows = [written("m1", "count_primes(10)", "4"), written("m1", "count_primes(2)", "1")]
+    verdict = weigh(rows, [], [cand("m1", [False, True]), cand("m2", [False, True])], None)
+    assert verdict.status == DECIDED
+    assert [r["survived"] for r in rows] == [True, True]
+    assert rows[0]["trusted_by"] == WRITTEN and rows[0]["passed_by"] == []
+    assert rows[1]["trusted_by"] == WRITTEN_PASSER  # m2's answer confirms m1's test
+    assert rows[0]["consensus"] == []  # no answer passes everything
+
+
+def test_evidence_kinds_and_strengths():
+    rows = [written("a", "f(1)", "2"), written("b", "f(1)", "2"), written("judge-free", "f(3)", "9"),
+            written("a", "f(5)", "25")]
+    weigh(rows, [], [cand("a", [True, True, True, True]), cand("b", [True, True, True, False])],
+          None)
+    assert [r["trusted_by"] for r in rows] == [AUTHORS_AGREE, AUTHORS_AGREE, INDEPENDENT_AUTHOR,
+                                               WRITTEN]
+    assert [r["strength"] for r in rows] == [3, 3, 2, 1]
+
+
+def test_an_author_who_contradicts_the_example_loses_all_its_tests():
+    rows = [written("b", "f(2)", "5"), written("b", "f(3)", "7"), written("a", "f(3)", "9")]
+    verdict = weigh(rows, [], [cand("a", [False, False, True], example=True)],
+                    Example("f(2)", "4"))
+    assert verdict.status == DECIDED
+    assert [r["reason"] for r in rows] == [CONTRADICTS_EXAMPLE, AUTHOR_CONTRADICTS_EXAMPLE, None]
+    assert rows[2]["survived"]
+
+
+def test_equal_evidence_on_one_call_makes_the_instruction_contradictory():
+    rows = [written("a", "f(3)", "14"), written("b", "f(3)", "13")]
+    verdict = weigh(rows, [], [cand("a", [True, False]), cand("b", [False, True])], None)
+    assert verdict.status == CONTRADICTORY and "f(3)" in verdict.detail
+
+
+def test_the_strictly_stronger_value_wins_a_direct_conflict():
+    rows = [written("a", "f(3)", "14"), written("b", "f(3)", "14"), written("c", "f(3)", "13")]
+    verdict = weigh(rows, [], [cand("a", [True, True, False]), cand("c", [False, False, True])],
+                    None)
+    assert verdict.status == DECIDED
+    assert [r["reason"] for r in rows] == [None, None, CONTRADICTS_STRONGER]
+
+
+def test_authors_read_apart_without_an_example_contradict_each_other():
+    # a is right; b and c share a wrong reading and each writes tests from it (other calls)
+    rows = [written("a", "f(3)", "14"), written("b", "f(4)", "29"), written("c", "f(5)", "54")]
+    answers = [cand("a", [True, False, False]), cand("b", [False, True, True]),
+               cand("c", [False, True, True], program="prog-b")]
+    verdict = weigh(rows, [], answers, None)
+    assert verdict.status == CONTRADICTORY
+
+
+def test_the_example_settles_authors_read_apart():
+    rows = [written("a", "f(3)", "14"), written("b", "f(4)", "29"), written("c", "f(5)", "54")]
+    answers = [cand("a", [True, False, False], example=True),
+               cand("b", [False, True, True], example=False),
+               cand("c", [False, True, True], example=False, program="prog-b")]
+    verdict = weigh(rows, [], answers, Example("f(2)", "5"))
+    assert verdict.status == DECIDED
+    assert [r["reason"] for r in rows] == [None, AUTHOR_CONTRADICTS_EXAMPLE,
+                                           AUTHOR_CONTRADICTS_EXAMPLE]
+    assert rows[0]["consensus"] == ["a"]
+
+
+def test_two_answers_that_are_one_program_are_one_vote():
+    rows = [aug("f(7)")]
+    answers = [cand("a", [], inputs=["3"]), cand("b", [], inputs=["4"], program="same"),
+               cand("c", [], inputs=["4"], program="same")]
+    weigh([], rows, answers, None)
+    assert not rows[0]["survived"] and rows[0]["reason"] == NOT_INDEPENDENT
+
+
+def test_a_majority_of_different_programs_becomes_a_hidden_test():
+    rows = [aug("f(7)")]
+    answers = [cand("a", [], inputs=["3"]), cand("b", [], inputs=["4"]),
+               cand("c", [], inputs=["4"])]
+    weigh([], rows, answers, None)
+    assert rows[0]["survived"] and rows[0]["trusted_by"] == MAJORITY
+    assert rows[0]["expected"] == "4" and rows[0]["test_code"] == "assert f(7) == 4"
+    assert rows[0]["contradicted"] == ["a"] and rows[0]["split"] == "hidden"
+
+
+def test_answers_that_fail_a_written_test_do_not_vote():
+    rows, inputs = [written("a", "f(1)", "1")], [aug("f(7)")]
+    answers = [cand("a", [True], inputs=["3"]), cand("b", [False], inputs=["4"]),
+               cand("c", [False], inputs=["4"])]
+    weigh(rows, inputs, answers, None)
+    assert inputs[0]["reason"] == NO_MAJORITY
+
+
+def test_a_majority_never_overrules_a_written_test_on_the_same_call():
+    rows, inputs = [written("z", "f(7)", "3")], [aug("f(7)")]
+    answers = [cand("a", [False], inputs=["4"]), cand("b", [False], inputs=["4"])]
+    weigh(rows, inputs, answers, None)
+    # the voters are the answers that pass the written test: none here
+    assert not inputs[0]["survived"]
+    rows, inputs = [written("z", "f(1)", "1")], [aug("f(1)")]
+    answers = [cand("a", [True], inputs=["2"]), cand("b", [True], inputs=["2"])]
+    weigh(rows, inputs, answers, None)
+    assert inputs[0]["reason"] == CONTRADICTS_STRONGER
+
+
+def test_program_key_ignores_formatting_docstrings_and_demo():
+    assert program_key("def f(x):\n    return x+1\n") == program_key(
+        "def f(x):\n    '''Add one.'''\n    return x + 1  # one\n\nif __name__ == '__main__':\n"
+        "    print(f(1))\n")
+    assert program_key("def f(x):\n    return x+1\n") != program_key("def f(x):\n    return x\n")
+
+
+def test_an_agreed_value_of_a_subclass_is_never_asserted():
+    rows = [aug("f(7)")]
+    odd = Outcome("value", "'pq'", exact=False)
+    answers = [Candidate("a", "p1", (), None, (odd,)), Candidate("b", "p2", (), None, (odd,))]
+    weigh([], rows, answers, None)
+    assert not rows[0]["survived"] and rows[0]["reason"] == NOT_LITERAL
