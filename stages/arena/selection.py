@@ -1,14 +1,6 @@
-"""Pure decision rules of the execution stages: which tests to trust, which answer to keep.
-
-Two decisions, both free of I/O so they can be tested on hand-made tables:
-
-* ``dual_agreement``: CodeT-style test trust. Candidates are grouped by the exact set of tests
-  they pass; a group's score is ``len(candidates) * len(tests passed)`` (CodeT's consensus
-  score); the tests of the best group are trusted, every other test is discarded with a reason.
-  When several different groups share the best score nothing tells them apart, so only the tests
-  every tied group passes are trusted (often none: the instruction then has no tests and is left
-  to the judge gate).
-* ``select_answer``: the selection rules ``judge``, ``verified`` and ``execution_first``.
+"""Which answer an instruction contributes: the selection rules ``judge``, ``verified`` and
+``execution_first`` (``select_answer``; pure, tested on hand-made cases). Which tests to trust is
+decided elsewhere, by the evidence (``arenaforge.stages.verification.evidence``).
 """
 
 from __future__ import annotations
@@ -20,76 +12,6 @@ from typing import Literal, get_args
 # The selection rules: every other module (verify's config, ablate) takes them from here.
 Rule = Literal["judge", "verified", "execution_first"]
 RULES: tuple[str, ...] = get_args(Rule)
-
-# Why a test was discarded (the ``reason`` column of the tests stage).
-NO_CANDIDATE_PASSES = "no_candidate_passes"
-CONTRADICTS_CONSENSUS = "contradicts_consensus"
-NO_CONSENSUS = "no_consensus"  # tied best groups disagree on it
-
-
-@dataclasses.dataclass(frozen=True)
-class TestTrust:
-    """Outcome of dual agreement for one instruction.
-
-    Attributes:
-        survived: per test, True when trusted.
-        reasons: per test, ``None`` when trusted, else why not.
-        consensus: indices of the candidates of the trusted group(s).
-        score: the best group's consensus score (0 when no candidate passes anything).
-    """
-
-    survived: tuple[bool, ...]
-    reasons: tuple[str | None, ...]
-    consensus: tuple[int, ...]
-    score: int
-
-
-def dual_agreement(passes: Sequence[Sequence[bool]], n_tests: int | None = None) -> TestTrust:
-    """Trust the tests agreed by the largest consistent group of candidates.
-
-    Args:
-        passes: ``passes[c][t]`` is True when candidate ``c`` passed test ``t``.
-        n_tests: number of tests (needed when there are no candidates).
-
-    Returns:
-        Which tests survive and why the others do not.
-
-    Example (candidates 0 and 1 agree, 2 is an outlier; test 2 is only passed by the outlier)::
-
-        >>> trust = dual_agreement([[True, True, False], [True, True, False], [True, False, True]])
-        >>> trust.survived, trust.reasons, trust.consensus
-        ((True, True, False), (None, None, 'contradicts_consensus'), (0, 1))
-    """
-    if n_tests is None:
-        if not passes:
-            raise ValueError("dual_agreement: give n_tests when there are no candidates")
-        n_tests = len(passes[0])
-    if any(len(row) != n_tests for row in passes):
-        raise ValueError(f"dual_agreement: every candidate needs {n_tests} pass flags")
-    groups: dict[frozenset[int], list[int]] = {}
-    for c, row in enumerate(passes):
-        groups.setdefault(frozenset(t for t, ok in enumerate(row) if ok), []).append(c)
-    scored = [(len(members) * len(tests), tests, members) for tests, members in groups.items()]
-    best = max((s for s, _, _ in scored), default=0)
-    if best == 0:
-        reasons = (NO_CANDIDATE_PASSES,) * n_tests
-        return TestTrust((False,) * n_tests, reasons, (), 0)
-    top = [(tests, members) for s, tests, members in scored if s == best]
-    trusted = frozenset.intersection(*(tests for tests, _ in top))
-    in_any_top = frozenset.union(*(tests for tests, _ in top))
-    passed_by_someone = {t for tests in groups for t in tests}
-    reasons_list: list[str | None] = []
-    for t in range(n_tests):
-        if t in trusted:
-            reasons_list.append(None)
-        elif t not in passed_by_someone:
-            reasons_list.append(NO_CANDIDATE_PASSES)
-        elif t in in_any_top:
-            reasons_list.append(NO_CONSENSUS)
-        else:
-            reasons_list.append(CONTRADICTS_CONSENSUS)
-    consensus = tuple(sorted(c for _, members in top for c in members))
-    return TestTrust(tuple(r is None for r in reasons_list), tuple(reasons_list), consensus, best)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -1,10 +1,8 @@
-"""Pure trust and split rules of the tests stage: normalised calls, author agreement, the split.
+"""Pure helpers of the tests stage: normalised calls, value agreement, the split.
 
 * ``call_and_expected``: the normalised call and expected value of an ``assert entry(...) ==
   value`` test, so that tests written by different authors (and generated inputs) can be
   compared call by call.
-* ``author_agreement``: a test is trusted without any candidate passing it when another author
-  expects the same value for the same call, and no test contradicts them.
 * ``split_tests``: the seeded visible/hidden split of an instruction's trusted written tests
   (at least half hidden; a single trusted test is hidden). Repair only ever sees visible ones.
 * ``assertion_source``: the assert for an agreed value (floats compared with ``math.isclose``).
@@ -15,7 +13,6 @@ from __future__ import annotations
 import ast
 import math
 import random
-from collections import defaultdict
 from collections.abc import Sequence
 from typing import Any
 
@@ -154,29 +151,6 @@ def assertion_source(call: str, expected: str) -> str:
     if _has_float(literal(expected)):
         return f"{_CLOSE}assert _close({call}, {expected})"
     return f"assert {call} == {expected}"
-
-
-def author_agreement(tests: Sequence[tuple[str, str | None, str | None]]) -> list[bool]:
-    """Per test ``(author, call, expected)``: True when another author expects the same value
-    for the same call and no test expects a different value for it.
-
-    >>> author_agreement([("a", "f(1)", "2"), ("b", "f(1)", "2"), ("a", "f(2)", "3"),
-    ...                   ("b", "f(3)", "1"), ("c", "f(3)", "1"), ("a", "f(3)", "0")])
-    [True, True, False, False, False, False]
-    """
-    by_call: dict[str, list[int]] = defaultdict(list)
-    for i, (_, call, expected) in enumerate(tests):
-        if call is not None and expected is not None:
-            by_call[call].append(i)
-    out = [False] * len(tests)
-    for idx in by_call.values():
-        first = tests[idx[0]][2]
-        if len({tests[i][0] for i in idx}) < 2:
-            continue
-        if all(reprs_agree(first, tests[i][2]) for i in idx):
-            for i in idx:
-                out[i] = True
-    return out
 
 
 def split_tests(seed: int, instruction_id: str, n: int) -> list[str]:

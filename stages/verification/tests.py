@@ -14,29 +14,35 @@ Execution (the sandbox, two batches per shard): each generator runs and prints i
 (``arenaforge.stages.verification.entry_points.bind``; an unbound candidate is not run), runs every written test,
 every generated input and the two probe tests verify runs (``arenaforge.stages.verification.grading.probes``) in one
 suite job. What those runs show is kept for verify (``arenaforge.stages.verification.recorded_runs``), which then does
-not run an answer again that passed every trusted test here. Trust (``arenaforge.stages.verification.cross_check``): dual agreement over
-the candidates (``candidate_pass``), two authors expecting the same value for the same call
-(``author_agreement``), an agreed output on the same call (``augmentation``); a generated input
-on which a majority of independent candidates return the same value becomes an ``augmented``
-test (``majority``). Surviving written tests are split visible/hidden, seeded by the run seed
-and the instruction id; augmented tests are hidden.
+not run an answer again that passed every trusted test here. Trust is decided by the evidence
+(``arenaforge.stages.verification.evidence``, where the rules are stated): never because the
+answers fail a test; the instruction's own example is a trusted row of its own; contradicting
+expectations resolve by strength or make the instruction ``contradictory_tests``; a generated
+input becomes an ``augmented`` test (``majority``) only when independent answers that pass every
+written test agree on its output. Surviving written tests are split visible/hidden, seeded by
+the run seed and the instruction id; augmented tests are hidden, the example is visible.
 
-Output: one row per (instruction_id, author, test_idx): ``kind`` (written, augmented),
-``test_code, survived, reason`` (null when survived; ``no_candidate_passes``,
-``contradicts_consensus``, ``no_consensus``, ``duplicate``, ``contradicts_augmentation``,
-``no_majority``, ``agreed_no_value``, ``not_literal``), ``trusted_by, split, call, expected,
-entry_point, entry_source`` (instruction, answers), ``signature, example`` (the instruction's
-own example as an assert, for the probe gate), ``author_name`` (the name the author called),
-``passed_by, contradicted, consensus, no_tests`` (per instruction), ``raw`` (the reply; the
-candidates' outcomes for an augmented row), ``parse_error, generator, generator_error,
-generated_inputs``, ``graded_passed_by`` (the models whose run passed the row's test as verify
-grades it) and ``candidate_runs`` (per instruction: each candidate's run, its program's digest,
-probes and limits; both ``arenaforge.stages.verification.recorded_runs``). Augmented rows carry the author whose generator made the input first. An
-author whose reply held no test, or an instruction without an entry point, gets one row with
-``test_idx = -1`` (reason ``parse_error`` / ``no_entry_point``) so that nothing disappears.
+Output: one row per (instruction_id, author, test_idx): ``kind`` (written, augmented, example:
+author ``instruction``), ``test_code, survived, reason`` (null when survived; ``duplicate``,
+``parse_error``, ``contradicts_example``, ``author_contradicts_example``,
+``contradicts_stronger``, ``no_majority``, ``not_independent``, ``agreed_no_value``,
+``not_literal``), ``trusted_by, strength`` (the evidence and its strength), ``split, call,
+expected, entry_point, entry_source`` (instruction, answers), ``signature, example`` (the
+instruction's own example as an assert, for the probe gate), ``author_name`` (the name the
+author called), ``passed_by, contradicted, consensus`` (the models whose answers pass every
+trusted test), ``no_tests`` (per instruction), ``raw`` (the reply; the candidates' outcomes for
+an augmented row), ``parse_error, generator, generator_error, generated_inputs``,
+``graded_passed_by`` (the models whose run passed the row's test as verify grades it),
+``candidate_runs`` (per instruction: each candidate's run, its program's digest, probes and
+limits; both ``arenaforge.stages.verification.recorded_runs``) and ``suite_status,
+suite_detail`` (per instruction: ``decided`` or ``contradictory_tests``, and what contradicts
+what). Augmented rows carry the author whose generator made the input first. An author whose
+reply held no test, or an instruction without an entry point, gets one row with ``test_idx =
+-1`` (reason ``parse_error`` / ``no_entry_point``) so that nothing disappears.
 Stats (counts, summed over shards): ``tests_written.<a>``, ``tests_survived.<a>``,
 ``parse_errors.<a>``, ``discarded.<reason>``, ``trusted.<trusted_by>``, ``augment.*``,
-``instructions_no_tests``, ``instructions_all_fail``, ``instructions_no_entry_point``.
+``contradictory_tests``, ``instructions_with_example``, ``instructions_no_tests``,
+``instructions_all_fail``, ``instructions_no_entry_point``.
 """
 
 from __future__ import annotations

@@ -11,7 +11,6 @@ from arenaforge.stages.verification.entry_points import (
 )
 from arenaforge.stages.verification.probe_gate import instruction_example
 from arenaforge.stages.verification.test_split import (
-    author_agreement,
     call_and_expected,
     split_tests,
 )
@@ -91,13 +90,6 @@ def test_normalised_calls_make_different_spellings_agree():
     assert a == b == ("f([1, 2], 'x')", "3")
     assert call_and_expected("x = 1\nassert f(x) == 2", "f") is None
     assert call_and_expected("assert f(g(1)) == 2", "f") is None
-
-
-def test_author_agreement_needs_two_authors_and_no_dissent():
-    tests = [("a", "f(1)", "2"), ("a", "f(1)", "2.0000000001"), ("b", "f(2)", "4"),
-             ("a", "f(2)", "4"), ("c", "f(2)", "5")]
-    assert author_agreement(tests) == [False, False, False, False, False]
-    assert author_agreement([("a", "f(1)", "0.1"), ("b", "f(1)", "0.1000000001")]) == [True, True]
 
 
 @pytest.mark.parametrize("n", range(1, 9))
