@@ -251,9 +251,22 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Any:
     cfg = load_yaml_model(path, RunConfig, overrides)
     source = str(path) + (" (with --set overrides)" if overrides else "")
     models_file = cfg.models_file if cfg.models_file.is_absolute() else path.parent / cfg.models_file
-    cfg = cfg.model_copy(update={"models_file": models_file.resolve()})
+    cfg = cfg.model_copy(update={"models_file": models_file.resolve(), **_where_it_lies(
+        path, overrides)})
     check_models(cfg, source)
     return cfg
+
+
+def _where_it_lies(path: Path, overrides: list[str] | None) -> dict[str, str]:
+    """A run directory's own ``config.yaml`` runs that directory, wherever it lies now (it
+    records no location of its own: ``run_dir_yaml``), unless ``--set`` names another."""
+    from arenaforge.pipeline import layout
+
+    if path.name != layout.CONFIG or not (path.parent / layout.MANIFEST).is_file():
+        return {}
+    named = {o.split("=", 1)[0].strip() for o in overrides or ()}
+    where = {"artifacts_dir": str(path.parent.parent), "name": path.parent.name}
+    return {k: v for k, v in where.items() if k not in named}
 
 
 def check_models(cfg: Any, source: str) -> None:
@@ -277,3 +290,21 @@ def check_models(cfg: Any, source: str) -> None:
 def dump_config(cfg: Any) -> str:
     """The resolved config as YAML (what ``arenaforge config show`` prints)."""
     return yaml.safe_dump(cfg.model_dump(mode="json"), sort_keys=False)
+
+
+def run_dir_yaml(cfg: Any, run_dir: str | Path) -> str:
+    """The config as its run directory records it (``config.yaml``), naming no place the run
+    was made in, so that a moved or copied run directory (or one on a filesystem mounted under
+    another prefix) still resumes from it: without ``artifacts_dir`` (the run lies where the
+    file lies; ``load_config`` reads it so), and with ``models_file`` relative to the run
+    directory when both share more than the filesystem root (they then move together)."""
+    import os
+
+    from arenaforge.pipeline.filesystem import is_uri
+
+    data = cfg.model_dump(mode="json", exclude={"artifacts_dir"})
+    if not is_uri(run_dir):
+        run_dir, registry = Path(run_dir).resolve(), Path(cfg.models_file).resolve()
+        if Path(os.path.commonpath([run_dir, registry])) != Path(run_dir.anchor):
+            data["models_file"] = os.path.relpath(registry, run_dir)
+    return yaml.safe_dump(data, sort_keys=False)

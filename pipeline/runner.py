@@ -358,7 +358,7 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
         ContractChainError: the configured stages do not fit together.
         ModelUnavailableError: a model the stages use is not installed (nothing was written).
     """
-    from arenaforge.pipeline.config import dump_config
+    from arenaforge.pipeline.config import run_dir_yaml
     from arenaforge.pipeline.context import close_process_resources
     from arenaforge.stages import get_stage
 
@@ -373,7 +373,7 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
         store.request_cache(cfg.runner.request_cache_store)  # refuses SQLite on a remote store
     check_chain(specs, store.completed() if not fresh else {}, None if fresh else store)
     check_models_available(cfg, specs)
-    store.open(cfg.config_hash(), dump_config(cfg), fresh=fresh)
+    store.open(cfg.config_hash(), run_dir_yaml(cfg, run_dir), fresh=fresh)
     executor = make_executor(cfg.runner)
     ctx = RunContext(run_dir, cfg)
     try:
