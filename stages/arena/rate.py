@@ -16,7 +16,9 @@ Battle outcome per (instruction, pair, judge), see ``resolve_battles``:
 * neither parsed -> dropped (``unparsed``). Every case is counted in the stage's stats.
 
 Output columns added: ``n_battles, local_share, elo_expectation, final_score, winner, margin,
-elo`` (``elo`` is the model's Bradley-Terry rating). Rows of instructions without any battle
+decided_by, elo`` (``elo`` is the model's Bradley-Terry rating; ``final_score`` by ``rule``, and
+``decided_by`` whether the local votes, the global term or the tie-break chose the winner: see
+``arenaforge.stages.arena.ratings.score_instructions``, where the rules are defined). Rows of instructions without any battle
 keep nulls. Artifacts: ``rate/ratings.parquet`` (one row per model, with the table-wide
 ``n_bootstrap`` and ``n_failed_bootstrap``), ``rate/battles.parquet`` (the resolved battles)
 and ``rate/leaderboard.md``. A bootstrap refit that fails never fails the stage: it is counted
@@ -34,6 +36,7 @@ import pyarrow as pa
 from arenaforge.pipeline.layout import BATTLES, LEADERBOARD, RATINGS
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.stages.arena.ratings import (
+    ScoreRule,
     bradley_terry,
     first_bad,
     score_instructions,
@@ -51,7 +54,12 @@ RESOLUTIONS = ("consistent", "order_flip", "order_partial", "single_order", "unp
 class RateConfig(StageConfig):
     """Config of the ``rate`` stage."""
 
-    alpha: float = Field(0.7, ge=0.0, le=1.0, description="weight of the Elo expectation")
+    rule: ScoreRule = Field(
+        "bt_blend", description="how an instruction's winner is scored (ratings.score_"
+        "instructions): local (its own battles), elo (the global ratings) or bt_blend (alpha * "
+        "global + (1 - alpha) * local, the paper's)")
+    alpha: float = Field(0.7, ge=0.0, le=1.0,
+                         description="bt_blend: weight of the global Elo expectation")
     n_bootstrap: int = Field(200, ge=0, description="bootstrap resamples for BT intervals")
     seed: int | None = Field(None, description="bootstrap seed; None uses the run seed")
     anchor: str | None = Field(None, description="model fixed at 1000; None: mean at 1000")
@@ -215,6 +223,7 @@ def _append_scores(table: pa.Table, scores: pd.DataFrame, elo: dict[str, float])
     aligned = scores.set_index(["instruction_id", "model"]).reindex(keys)
     winners = scores.groupby("instruction_id")["winner"].first()
     margins = scores.groupby("instruction_id")["margin"].first()
+    decided = scores.groupby("instruction_id")["decided_by"].first()
     iids = pd.Series(keys.get_level_values(0))
     columns = {
         "n_battles": pa.array(aligned["battles"].fillna(0).astype("int64").to_numpy()),
@@ -224,6 +233,7 @@ def _append_scores(table: pa.Table, scores: pd.DataFrame, elo: dict[str, float])
         "final_score": pa.array(aligned["final_score"].to_numpy(float), from_pandas=True),
         "winner": pa.array(iids.map(winners).tolist(), pa.string(), from_pandas=True),
         "margin": pa.array(iids.map(margins).to_numpy(float), from_pandas=True),
+        "decided_by": pa.array(iids.map(decided).tolist(), pa.string(), from_pandas=True),
         "elo": pa.array(pd.Series(keys.get_level_values(1)).map(elo).to_numpy(float),
                         from_pandas=True),
     }
@@ -252,9 +262,10 @@ def run(table: pa.Table, cfg: RateConfig, ctx: StageContext) -> StageResult:
     else:
         ratings["first_position_win_rate"] = np.nan
     elo = dict(zip(bt["model"], bt["rating"]))
-    scores = score_instructions(battles, elo, alpha=cfg.alpha) if len(battles) else \
-        pd.DataFrame(columns=["instruction_id", "model", "battles", "local_share",
-                              "elo_expectation", "final_score", "winner", "margin"])
+    scores = score_instructions(battles, elo, alpha=cfg.alpha, rule=cfg.rule) if len(battles) \
+        else pd.DataFrame(columns=["instruction_id", "model", "battles", "local_share",
+                                   "elo_expectation", "final_score", "winner", "margin",
+                                   "decided_by"])
     out = _append_scores(table, scores, elo)
 
     ctx.write_artifact(RATINGS, pa.Table.from_pandas(ratings, preserve_index=False))
@@ -265,6 +276,8 @@ def run(table: pa.Table, cfg: RateConfig, ctx: StageContext) -> StageResult:
     stats = {**counts, "battles_rated": len(battles), "models_rated": len(bt),
              "instructions": len(instructions),
              "instructions_without_battles": len(instructions - set(scores["instruction_id"])),
+             **{f"decided_by.{k}": v for k, v in scores.drop_duplicates("instruction_id")
+                ["decided_by"].value_counts().items()},
              "n_failed_bootstrap": n_failed}
     log.info("rate: %d battles, %d models, %d of %d bootstrap refits failed; %s", len(battles),
              len(bt), n_failed, cfg.n_bootstrap, counts)
@@ -276,5 +289,5 @@ STAGE = StageSpec(
     reads={"judge": (*BATTLE_KEY, "order", "verdict", "order_verdict")},
     inputs=("instruction_id", "model"),
     outputs=("n_battles", "local_share", "elo_expectation", "final_score", "winner", "margin",
-             "elo"),
+             "decided_by", "elo"),
 )

@@ -20,6 +20,7 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Mapping, Sequence
+from typing import Literal
 
 import numpy as np
 import pandas as pd
@@ -405,31 +406,45 @@ def bradley_terry(battles: pd.DataFrame | pa.Table, n_bootstrap: int = 200, seed
     return out.sort_values(["rating", "model"], ascending=[False, True], ignore_index=True)
 
 
+SCORE_RULES = ("local", "elo", "bt_blend")
+ScoreRule = Literal["local", "elo", "bt_blend"]
+
+
 def score_instructions(battles: pd.DataFrame | pa.Table, ratings: Mapping[str, float],
-                       alpha: float = 0.7) -> pd.DataFrame:
+                       alpha: float = 0.7, rule: ScoreRule = "bt_blend") -> pd.DataFrame:
     """Per (instruction, contestant): local vote share, Elo expectation, final score, winner.
 
     For each instruction the contestants are the models in its battles (all judges pooled).
 
     * ``local_share``: (wins + 0.5 ties) / battles of the model on that instruction.
     * ``elo_expectation``: mean of ``elo_expectation(r_model, r_other)`` over the other
-      contestants of the instruction, using ``ratings``.
-    * ``final_score = alpha * elo_expectation + (1 - alpha) * local_share``.
+      contestants of the instruction, using ``ratings`` (the models' global strength).
+    * ``final_score``, by ``rule`` (the one place the rating rules are defined):
+      ``local`` = ``local_share`` (this instruction's battles alone); ``elo`` =
+      ``elo_expectation`` (the models' global ratings alone); ``bt_blend`` = ``alpha *
+      elo_expectation + (1 - alpha) * local_share`` (WarriorCoder's rule, alpha 0.7 there).
     * ``winner``: argmax of final_score; exact ties are broken by higher local_share, then
       higher rating, then the smaller model id, so the choice is deterministic.
     * ``margin``: best final_score minus the second best.
+    * ``decided_by``: ``local`` when the local votes alone pick the same winner (a strict
+      best ``local_share``), ``global`` when the global term picked it (the local votes
+      prefer another model, or tie and the ratings separate them), ``tie`` when nothing
+      separated the contestants and the tie-break chose.
 
     Args:
         battles: battles with an ``instruction_id`` column.
         ratings: model id -> rating (Elo scale); every contestant must have one.
-        alpha: weight of the global Elo expectation (paper: 0.7).
+        alpha: weight of the global Elo expectation in ``bt_blend``.
+        rule: ``local``, ``elo`` or ``bt_blend``.
 
     Returns:
         DataFrame ``instruction_id, model, battles, local_share, elo_expectation,
-        final_score, winner, margin``.
+        final_score, winner, margin, decided_by``.
     """
     if not 0.0 <= alpha <= 1.0:
         raise ValueError(f"alpha must be in [0, 1], got {alpha}")
+    if rule not in SCORE_RULES:
+        raise ValueError(f"unknown rating rule {rule!r}; known: {SCORE_RULES}")
     df = battle_frame(battles, extra=("instruction_id",))
     s_a = _score_a(df["winner"])
     sides = pd.concat([
@@ -453,7 +468,8 @@ def score_instructions(battles: pd.DataFrame | pa.Table, ratings: Mapping[str, f
                                            pairs["rating_o"].to_numpy()))
     expect = pairs.groupby(["instruction_id", "model"])["e"].mean()
     per = per.join(expect.rename("elo_expectation"), on=["instruction_id", "model"])
-    per["final_score"] = alpha * per["elo_expectation"] + (1.0 - alpha) * per["local_share"]
+    weight = {"local": 0.0, "elo": 1.0, "bt_blend": alpha}[rule]
+    per["final_score"] = weight * per["elo_expectation"] + (1.0 - weight) * per["local_share"]
     ranked = per.sort_values(["instruction_id", "final_score", "local_share", "rating", "model"],
                              ascending=[True, False, False, False, True])
     top = ranked.groupby("instruction_id", sort=False)
@@ -461,6 +477,21 @@ def score_instructions(battles: pd.DataFrame | pa.Table, ratings: Mapping[str, f
     second = top.nth(1).set_index("instruction_id")["final_score"]
     per["winner"] = per["instruction_id"].map(best["model"])
     per["margin"] = per["instruction_id"].map(best["final_score"] - second)
+    per["decided_by"] = per["instruction_id"].map(_decided_by(per, best["model"]))
     cols = ["instruction_id", "model", "battles", "local_share", "elo_expectation",
-            "final_score", "winner", "margin"]
+            "final_score", "winner", "margin", "decided_by"]
     return per[cols].reset_index(drop=True)
+
+
+def _decided_by(per: pd.DataFrame, winners: pd.Series) -> dict[str, str]:
+    """Per instruction: whether the local votes, the global term or the tie-break chose."""
+    out = {}
+    for iid, group in per.groupby("instruction_id", sort=False):
+        shares = group.set_index("model")["local_share"]
+        top = shares[shares == shares.max()]
+        if len(top) == 1:
+            out[iid] = "local" if top.index[0] == winners[iid] else "global"
+        else:
+            scores = group["final_score"]
+            out[iid] = "global" if (scores == scores.max()).sum() == 1 else "tie"
+    return out

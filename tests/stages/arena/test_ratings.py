@@ -217,3 +217,27 @@ def test_score_tie_break_is_deterministic():
         score_instructions(battles, {"alpha": 1000.0})
     with pytest.raises(ValueError, match="missing column 'instruction_id'"):
         score_instructions(battles.drop(columns="instruction_id"), {})
+
+
+def test_the_rating_rules_by_name_and_who_decided():
+    import pandas as pd
+    from arenaforge.stages.arena.ratings import score_instructions
+
+    # one instruction, two contestants: the judges prefer b here, but a is stronger overall
+    battles = pd.DataFrame({"instruction_id": ["i", "i"], "model_a": ["a", "a"],
+                            "model_b": ["b", "b"], "winner": ["b", "b"]})
+    ratings = {"a": 1200.0, "b": 900.0}
+    by_rule = {rule: score_instructions(battles, ratings, alpha=0.7, rule=rule)
+               for rule in ("local", "elo", "bt_blend")}
+    assert by_rule["local"]["winner"].iloc[0] == "b"
+    assert set(by_rule["local"]["decided_by"]) == {"local"}
+    # the global term overturns the instruction's own votes
+    for rule in ("elo", "bt_blend"):
+        assert by_rule[rule]["winner"].iloc[0] == "a"
+        assert set(by_rule[rule]["decided_by"]) == {"global"}
+    # tied votes: the global term decides under bt_blend, the tie-break under local
+    tied = battles.assign(winner=["a", "b"])
+    assert set(score_instructions(tied, ratings, rule="bt_blend")["decided_by"]) == {"global"}
+    assert set(score_instructions(tied, ratings, rule="local")["decided_by"]) == {"tie"}
+    with pytest.raises(ValueError, match="unknown rating rule"):
+        score_instructions(battles, ratings, rule="paper")
