@@ -46,6 +46,9 @@ audit``) writes metrics.json and report.html for a Parquet, CSV or JSON-lines fi
            without_tests: {rows, admitted}, settings: {grid, calibration_fraction, seed}}
     winners: {instructions, executable, passed, pass_rate, all_answers_pass_rate}  (stage only)
     refine_at_k: [{k, passed, n, rate, ci_low, ci_high}], k = 0..R  (stage, with repair)
+    circular_trusted_tests, trusted_tests, circular_by_author: {author: n},
+    alpha_decisive_share, decided_by: {local|global|tie: n}
+        (stage; arenaforge.stages.output.audit_evidence)
     gates: {rows, probe: {verdict: n}, program: {verdict: n}, probe_rejected,
             program_rejected, table: {probe_pass|probe_reject: {program_pass, program_fail}},
             agreement: {k, n, rate, ci_low, ci_high}, kappa}  (stage; arenaforge.stages.output.audit_verification)
@@ -64,6 +67,7 @@ import pyarrow as pa
 from arenaforge.pipeline.layout import AUDIT_METRICS
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_TESTS, PASSED
+from arenaforge.stages.output.audit_evidence import evidence_metrics
 from arenaforge.stages.output.audit_stats import (
     answer_scores,
     audit_rows,
@@ -204,8 +208,15 @@ def run(table: pa.Table, cfg: AuditConfig, ctx: StageContext) -> StageResult:
     families = _families(ctx, set(rows["judge"]) | set(rows["model_a"]) | set(rows["model_b"]))
     seed = ctx.seed if cfg.seed is None else cfg.seed
     metrics, answers = _audit(rows, families, cfg, seed)
-    rate = ctx.read("rate", columns=["instruction_id", "model", "winner"]).to_pandas()
+    rate = ctx.read("rate", columns=["instruction_id", "model", "winner",
+                                     "decided_by"]).to_pandas()
     metrics["winners"] = jsonable(winner_pass_rate(rate, verify))
+    try:
+        tests = ctx.read("tests", columns=["instruction_id", "author", "survived"]).to_pandas()
+    except (RuntimeError, KeyError) as exc:  # a run without the tests stage
+        log.info("audit: no tests rows (%s)", exc)
+        tests = None
+    metrics.update(jsonable(evidence_metrics(tests, judge, rate)))
     try:
         repair = ctx.read("repair", columns=list(REFINE_COLUMNS)).to_pandas()
     except (RuntimeError, KeyError) as exc:  # no repair stage: no Refine@k
@@ -241,9 +252,10 @@ STAGE = StageSpec(
     reads={"judge": ("instruction_id", "model_a", "model_b", "judge", "order", "verdict",
                      "score_a", "score_b", "order_verdict"),
            "difficulty": ("instruction_id", "difficulty"),
-           "rate": ("instruction_id", "model", "winner"),
+           "rate": ("instruction_id", "model", "winner", "decided_by"),
+           "tests": ("instruction_id", "author", "survived"),
            "repair": REFINE_COLUMNS},
-    optional=("difficulty", "repair"),
+    optional=("difficulty", "repair", "tests"),
     inputs=("instruction_id", "model", "status"),
     outputs=("judge_score", "gate_admitted"),
 )

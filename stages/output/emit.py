@@ -2,24 +2,26 @@
 
 Input (the ``repair`` output: ``verify``'s rows with repaired answers re-verified, one row per
 (instruction, model)): ``instruction_id, instruction, model, response, status, tests_passed,
-selected``; ``judge_score, gate_admitted`` are joined from ``audit``, ``final_score, elo`` from
-``rate`` and ``difficulty`` from ``difficulty`` when the input does not carry them. Which
-selected answers become rows is ``EmitConfig.admit``: by default those that passed execution
-plus those without usable tests that the calibrated judge gate admits.
+selected`` and verify's ``verified, admission``; ``judge_score, gate_admitted`` are joined from
+``audit``, ``final_score, elo, local_share, margin`` from ``rate``, ``kcenter_rank`` from
+``compress``, ``difficulty`` from ``difficulty``, the trusted tests' authors from ``tests``.
+Which selected answers become rows is ``EmitConfig.admit``: by default those execution
+verified plus those without usable tests that the calibrated judge gate admits; an answer with
+no usable code is never emitted.
 
-Output: one row per instruction whose answer was selected: ``instruction_id, messages``
+Output: one row per instruction whose answer was admitted: ``instruction_id, messages``
 (``list<struct<role, content>>``: optional system, user, assistant) and the provenance columns
-``source_model, verified, status, tests_passed``, those of ``arenaforge.stages.output.emit_provenance``
-(``repaired, repair_rounds, replaced_judge_pick, judge_pick, selection_rule, miner, template,
-judges, tests_{visible,hidden,augmented}[_passed], probe_gate, program_gate``; ``miner,
-template`` read from ``clean``, ``judges`` from ``judge``), ``judge_score, final_score, elo,
-difficulty, run_id, config_hash``. ``verified`` means passed *and* the program gate passed.
+``source_model, verified, status, tests_passed``, those of
+``arenaforge.stages.output.emit_provenance`` (``repaired, repair_rounds, replaced_judge_pick,
+judge_pick, selection_rule, miner, template, judges, tests_{visible,hidden,augmented}[_passed],
+probe_gate, program_gate, admission, gate_admitted, test_authors, judge_verdicts, local_share,
+margin, kcenter_rank``), ``judge_score, final_score, elo, difficulty, run_id, config_hash``.
 Side artifacts: ``dataset/{split}-NNNNN-of-NNNNN.parquet`` and the Hugging Face style card
 ``dataset/README.md`` (which states what the judge gate's bound covers, from
 ``audit/metrics.json``). Rows of answers that were not selected are dropped with reason
 ``not_selected``; selected answers with an empty response with ``empty_response``; answers
-not admitted with ``failed_execution``, ``no_entry_point``, ``program_gate_not_passed``,
-``no_tests`` or ``gate_rejected``.
+not admitted with where execution stopped them (``contradictory_tests``, ``no_usable_code``,
+``example_failed``, ``below_pass_fraction``, ``no_tests``) or ``gate_rejected``.
 
 The dataset files load unchanged with ``datasets.load_dataset("parquet", data_files=...)``
 and TRL's ``SFTTrainer`` (the ``messages`` column is TRL's conversational format).
@@ -47,9 +49,10 @@ from arenaforge.pipeline.layout import (
     dataset_shard,
 )
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
-from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS, PASSED
+from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS
 from arenaforge.stages.output.card import CardInfo, render_card
 from arenaforge.stages.output.emit_provenance import (
+    AUTHOR_COLUMNS,
     CARRIED,
     JUDGE_COLUMNS,
     ORIGIN_COLUMNS,
@@ -60,7 +63,10 @@ from arenaforge.stages.output.emit_provenance import (
     verified_mask,
     with_judges,
     with_origin,
+    with_test_authors,
 )
+from arenaforge.stages.verification.grading import BELOW_PASS_FRACTION, UNUSABLE, VERIFIED
+from arenaforge.stages.verification.probe_gate import NO_USABLE_CODE
 from pydantic import Field
 
 log = logging.getLogger(__name__)
@@ -260,31 +266,50 @@ def card_funnel(funnel: Any) -> list[dict[str, Any]]:
              "dropped": dict(s.dropped)} for s in funnel]
 
 
-def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array]:
-    """(admitted mask, drop reason per row) for the selected, non-empty answers."""
-    status = table.column("status").to_pylist()
+def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array, pa.Array]:
+    """(admitted mask, drop reason per row, admitted by the judge gate) for the selected,
+    non-empty answers.
+
+    An answer with no usable code (probe verdict ``no_code``, ``no_entry_point``,
+    ``signature_mismatch``, ``import_error``) is never admitted, whatever the judge said; the
+    judge gate admits only answers whose instruction has no usable test (``no_tests``), never a
+    ``contradictory_tests`` one. A row's drop reason is where execution stopped it
+    (``admission``), ``gate_rejected`` for the gate.
+    """
+    n = table.num_rows
+    steps = _column(table, "admission")
+    probes = _column(table, "probe_gate")
+    statuses = _column(table, "status")
     verified = verified_mask(table).to_pylist()
-    gated = (table.column("gate_admitted").to_pylist() if "gate_admitted" in table.column_names
-             else [None] * table.num_rows)
-    keep, reasons = [], []
-    for st, ok, gate in zip(status, verified, gated):
-        if admit == "selected" or ok:
-            keep.append(True)
-            reasons.append(None)
-        elif st == NO_TESTS and admit == "verified_or_gated":
-            keep.append(bool(gate))
-            reasons.append(None if gate else "gate_rejected")
-        else:
-            keep.append(False)
-            reasons.append(_reject_reason(st))
-    return pa.array(keep, pa.bool_()), pa.array(reasons, pa.string())
+    gated = _column(table, "gate_admitted")
+    keep, reasons, by_gate = [], [], []
+    for i in range(n):
+        step = steps[i] or _legacy_step(statuses[i], verified[i])
+        unusable = probes[i] in NO_USABLE_CODE
+        via_gate = (not verified[i] and step == NO_TESTS and admit == "verified_or_gated"
+                    and bool(gated[i]) and not unusable)
+        ok = verified[i] or via_gate or (admit == "selected" and not unusable)
+        keep.append(ok)
+        by_gate.append(via_gate)
+        reasons.append(None if ok else "gate_rejected" if step == NO_TESTS
+                       and admit == "verified_or_gated" and not unusable else
+                       UNUSABLE if unusable else step)
+    return (pa.array(keep, pa.bool_()), pa.array(reasons, pa.string()),
+            pa.array(by_gate, pa.bool_()))
 
 
-def _reject_reason(status: str | None) -> str:
+def _column(table: pa.Table, name: str) -> list:
+    return (table.column(name).to_pylist() if name in table.column_names
+            else [None] * table.num_rows)
+
+
+def _legacy_step(status: str | None, verified: bool) -> str:
+    """``admission`` for rows of a run made before verify wrote it."""
+    if verified:
+        return VERIFIED
     if status in (NO_TESTS, NO_ENTRY_POINT):
         return status
-    # passed every test it ran, but not the hidden + augmented suite (none, or not recorded)
-    return "program_gate_not_passed" if status == PASSED else "failed_execution"
+    return BELOW_PASS_FRACTION
 
 
 def _with_reason(table: pa.Table, reason: str) -> pa.Table:
@@ -318,22 +343,26 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
         raise ValueError(f"emit: {len(twice)} instruction(s) have more than one selected answer, "
                          f"e.g. instruction_id={twice[0]}; the selection rule must pick one")
     chosen = fill_from(table.filter(keep), ctx, "audit", "gate_admitted")
-    admitted, reasons = _admitted(chosen, cfg.admit)
+    admitted, reasons, by_gate = _admitted(chosen, cfg.admit)
+    chosen = chosen.drop_columns(["gate_admitted"]).append_column("gate_admitted", by_gate)
     rejected = chosen.filter(pc.invert(admitted))
     rejected = rejected.append_column("reason", reasons.filter(pc.invert(admitted)))
     dropped = pa.concat_tables([dropped, rejected.select(dropped.column_names)],
                                promote_options="permissive") if rejected.num_rows else dropped
     chosen = chosen.filter(admitted)
     # verify may not carry every provenance column through; the stages that made them can.
-    chosen = fill_from(chosen, ctx, "difficulty", "difficulty")
-    chosen = fill_from(chosen, ctx, "rate", "final_score")
-    chosen = fill_from(chosen, ctx, "rate", "elo")
-    chosen = fill_from(chosen, ctx, "audit", "judge_score").sort_by("instruction_id")
+    for stage, column in (("difficulty", "difficulty"), ("rate", "final_score"), ("rate", "elo"),
+                          ("rate", "local_share"), ("rate", "margin"),
+                          ("compress", "kcenter_rank"), ("audit", "judge_score")):
+        chosen = fill_from(chosen, ctx, stage, column)
+    chosen = chosen.sort_by("instruction_id")
     ids = chosen.column("instruction_id").to_pylist()
     chosen = with_origin(chosen, ctx.read("clean", columns=list(ORIGIN_COLUMNS),
                                           instruction_ids=ids))
     chosen = with_judges(chosen, ctx.read("judge", columns=list(JUDGE_COLUMNS),
                                           instruction_ids=ids))
+    chosen = with_test_authors(chosen, ctx.read("tests", columns=list(AUTHOR_COLUMNS),
+                                                instruction_ids=ids))
 
     run_id, config_hash = ctx.run_id, ctx.config_hash()
     sft = build_sft_rows(chosen, system_prompt=cfg.system_prompt, run_id=run_id,
@@ -383,10 +412,12 @@ STAGE = StageSpec(
            "clean": ORIGIN_COLUMNS,
            "judge": JUDGE_COLUMNS,
            "difficulty": ("instruction_id", "difficulty", "difficulty_votes"),
-           "rate": ("instruction_id", "model", "final_score", "elo"),
+           "rate": ("instruction_id", "model", "final_score", "elo", "local_share", "margin"),
+           "compress": ("instruction_id", "kcenter_rank"),
+           "tests": AUTHOR_COLUMNS,
            "audit": ("instruction_id", "model", "gate_admitted", "judge_score")},
     artifacts=(AUDIT_METRICS,),
     inputs=("instruction_id", "instruction", "model", "response", "status", "selected",
-            *CARRIED),
+            "verified", *CARRIED),
     outputs=tuple(SFT_SCHEMA.names),
 )

@@ -7,9 +7,16 @@ battles), the rest from the repair rows (verify's columns, replaced by the repai
 where a repair succeeded). A column a run does not have (no tests, no repair, an older run) is
 null: null means "not measured", never a made-up value.
 
-``verified`` is true only when the answer passed (status ``passed``) *and* its program gate
-(the hidden and augmented tests, which repair never shows) passed; a repaired answer that
-passes them is verified and flagged ``repaired``.
+``verified`` is verify's (or, for a repaired answer, repair's) ``verified``: the instruction's
+tests decide (not ``contradictory_tests``), the answer has usable code, keeps the instruction's
+own example, and passes at least ``verify.min_pass_fraction`` of the trusted tests
+(``admission`` says where an answer that is not verified stopped). A repaired answer that gets
+through is verified and flagged ``repaired``. ``gate_admitted``: admitted by the audit's
+calibrated judge gate without execution (its instruction has no usable test); ``test_authors``:
+the models whose tests the suite trusts; ``judge_verdicts``: every judge reading of the
+instruction's battles, both orders; ``local_share`` and ``margin`` (the winner's final score
+minus the runner-up's) from ``rate``; ``kcenter_rank``: the instruction's order of selection in
+``compress``.
 
 Example::
 
@@ -27,6 +34,7 @@ import pyarrow.compute as pc
 from arenaforge.pipeline.stage import StageContext
 from arenaforge.pipeline.statuses import NO_TESTS, PASSED
 from arenaforge.stages.verification.probe_gate import PROGRAM_PASS
+from arenaforge.stages.verification.suites import WRITTEN
 
 # In emitted column order; names are checked from outside (issue #22's contract).
 PROVENANCE_SCHEMA = pa.schema([
@@ -46,15 +54,34 @@ PROVENANCE_SCHEMA = pa.schema([
     ("tests_augmented", pa.int64()),
     ("probe_gate", pa.string()),
     ("program_gate", pa.string()),
+    ("admission", pa.string()),
+    ("gate_admitted", pa.bool_()),
+    ("test_authors", pa.list_(pa.string())),
+    ("judge_verdicts", pa.list_(pa.struct([
+        ("judge", pa.string()), ("order", pa.string()), ("model_a", pa.string()),
+        ("model_b", pa.string()), ("verdict", pa.string()), ("score_a", pa.float64()),
+        ("score_b", pa.float64()), ("parse_error", pa.string())]))),
+    ("local_share", pa.float64()),
+    ("margin", pa.float64()),
+    ("kcenter_rank", pa.int64()),
 ])
 ORIGIN_COLUMNS = ("instruction_id", "miner", "template")  # read from clean
+JUDGE_COLUMNS = ("instruction_id", "judge", "order", "model_a", "model_b", "verdict", "score_a",
+                 "score_b", "expected_score_a", "expected_score_b", "parse_error")  # from judge
+AUTHOR_COLUMNS = ("instruction_id", "author", "survived", "kind")  # read from tests
+# made by emit or joined from the stages that made them (the rest ride on the repair rows)
+JOINED = ("miner", "template", "judges", "gate_admitted", "test_authors", "judge_verdicts",
+          "local_share", "margin", "kcenter_rank")
 # carried by the repair rows (verify's grading and selection columns, repair's own)
-CARRIED = tuple(n for n in PROVENANCE_SCHEMA.names if n not in ("miner", "template", "judges"))
-JUDGE_COLUMNS = ("instruction_id", "judge")  # read from judge
+CARRIED = tuple(n for n in PROVENANCE_SCHEMA.names if n not in JOINED)
 
 
 def verified_mask(table: pa.Table) -> pa.ChunkedArray:
-    """True where ``status`` is passed and ``program_gate`` is pass (a missing gate: False)."""
+    """The answers execution accepted: verify's (or repair's) ``verified`` column; for a run
+    made before that column, ``status`` passed and ``program_gate`` pass (a missing gate:
+    False)."""
+    if "verified" in table.column_names:
+        return pc.fill_null(table.column("verified"), False)
     if "program_gate" not in table.column_names:
         return pa.chunked_array([pa.array([False] * table.num_rows, pa.bool_())])
     status = pc.equal(table.column("status").cast(pa.string()), PASSED)
@@ -111,15 +138,39 @@ def with_origin(table: pa.Table, clean: pa.Table) -> pa.Table:
 
 
 def with_judges(table: pa.Table, judge: pa.Table) -> pa.Table:
-    """``table`` with ``judges``: the sorted judge ids with a row on the instruction's battles
-    (null when no judge saw the instruction)."""
+    """``table`` with ``judges`` (the sorted judge ids with a row on the instruction's battles)
+    and ``judge_verdicts`` (every reading of those battles, both orders, in the judge's own
+    terms: ``score_a``/``score_b`` the protocol's scores, an expected score for the logprob
+    protocols); null when no judge saw the instruction."""
     judges: dict[str, set[str]] = {}
-    for iid, name in zip(judge.column("instruction_id").to_pylist(),
-                         judge.column("judge").to_pylist(), strict=True):
-        if name:
-            judges.setdefault(iid, set()).add(name)
+    readings: dict[str, list[dict]] = {}
+    for row in judge.to_pylist():
+        if not row["judge"]:
+            continue
+        judges.setdefault(row["instruction_id"], set()).add(row["judge"])
+        score = {side: row.get(f"expected_score_{side}") if row.get(f"expected_score_{side}")
+                 is not None else row.get(f"score_{side}") for side in ("a", "b")}
+        readings.setdefault(row["instruction_id"], []).append(
+            {"judge": row["judge"], "order": row.get("order"), "model_a": row.get("model_a"),
+             "model_b": row.get("model_b"), "verdict": row.get("verdict"), "score_a": score["a"],
+             "score_b": score["b"], "parse_error": row.get("parse_error")})
     ids = table.column("instruction_id").to_pylist()
-    return _replace(table, "judges", [sorted(judges[i]) if i in judges else None for i in ids])
+    table = _replace(table, "judges", [sorted(judges[i]) if i in judges else None for i in ids])
+    order = ("judge", "model_a", "model_b", "order")
+    return _replace(table, "judge_verdicts",
+                    [sorted(readings[i], key=lambda r: tuple(r[k] or "" for k in order))
+                     if i in readings else None for i in ids])
+
+
+def with_test_authors(table: pa.Table, tests: pa.Table) -> pa.Table:
+    """``table`` with ``test_authors``: the models whose written tests the instruction's suite
+    trusts (sorted; empty when none; the instruction's own example is not a model's)."""
+    authors: dict[str, set[str]] = {}
+    for row in tests.select(list(AUTHOR_COLUMNS)).to_pylist():
+        if row["survived"] and row["kind"] == WRITTEN:
+            authors.setdefault(row["instruction_id"], set()).add(row["author"])
+    ids = table.column("instruction_id").to_pylist()
+    return _replace(table, "test_authors", [sorted(authors.get(i, ())) for i in ids])
 
 
 def provenance_counts(sft: pa.Table) -> dict[str, int]:

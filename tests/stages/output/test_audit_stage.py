@@ -18,7 +18,8 @@ from arenaforge.stages.output.audit import (
     run,
 )
 from test_audit_stats import synthetic_audit
-from test_ratings_stage import TableContext
+
+from tests.stages.arena.test_ratings_stage import TableContext
 
 FAMILIES = {"kin": "fam1", "m1": "fam1", "m2": "fam2", "good": "fam3", "first": "fam4"}
 

@@ -198,7 +198,7 @@ class _Ctx:
 
     def read(self, stage, columns=None, instruction_ids=None):
         # what the runner's context serves: the declared columns (those the table has)
-        if stage not in self.tables and stage in ("clean", "judge"):
+        if stage not in self.tables and stage in ("clean", "judge", "compress", "tests"):
             self.tables[stage] = pa.table({c: pa.array([], pa.string())
                                            for c in EMIT.reads[stage]})
         declared = [c for c in EMIT.reads[stage] if c in self.tables[stage].column_names]
@@ -209,7 +209,7 @@ class _Ctx:
             table = table.filter(pc.is_in(table.column("instruction_id"),
                                           value_set=pa.array(list(instruction_ids),
                                                              pa.string())))
-        return table.select(list(columns)) if columns else table
+        return table.select([c for c in columns if c in declared]) if columns else table
 
     def write_artifact(self, relpath, data):
         return RunStore(self.run_dir).write_artifact(relpath, data)
@@ -367,29 +367,45 @@ def _audit_table(verify: pa.Table, gate: dict | None = None) -> pa.Table:
                                                   ("gate_admitted", pa.bool_())]))
 
 
+# where execution stopped each answer (verify's ``admission``), its probe verdict and status
+ADMISSION = {"p": ("verified", "pass", "passed"), "g": ("no_tests", "pass", "no_tests"),
+             "r": ("no_tests", "pass", "no_tests"), "f": ("below_pass_fraction", "pass", "failed"),
+             "e": ("no_usable_code", "no_entry_point", "no_entry_point"),
+             "v": ("example_failed", "example_failed", "failed"),
+             "c": ("contradictory_tests", "pass", "contradictory_tests"),
+             "u": ("no_usable_code", "no_code", "error")}
+
+
 @pytest.mark.parametrize("admit, expected_rows, expected_reasons", [
-    ("verified", {"p"}, {"failed_execution": 1, "no_tests": 2, "no_entry_point": 1,
-                         "program_gate_not_passed": 1}),
-    ("verified_or_gated", {"p", "g"}, {"failed_execution": 1, "gate_rejected": 1,
-                                       "no_entry_point": 1, "program_gate_not_passed": 1}),
-    ("selected", {"p", "g", "r", "f", "e", "v"}, {}),
+    ("verified", {"p"}, {"no_tests": 2, "below_pass_fraction": 1, "no_usable_code": 2,
+                         "example_failed": 1, "contradictory_tests": 1}),
+    ("verified_or_gated", {"p", "g"}, {"gate_rejected": 1, "below_pass_fraction": 1,
+                                       "no_usable_code": 2, "example_failed": 1,
+                                       "contradictory_tests": 1}),
+    # every selected answer, as the paper emitted them, but never one without usable code
+    ("selected", {"p", "g", "r", "f", "v", "c"}, {"no_usable_code": 2}),
 ])
 def test_admission_rules(tmp_path, admit, expected_rows, expected_reasons):
-    texts = {"p": "passed", "g": "no_tests", "r": "no_tests", "f": "failed",
-             "e": "no_entry_point", "v": "passed"}
-    gates = {"p": "pass", "g": "no_tests", "r": "no_tests", "f": "fail", "e": "fail",
-             "v": "no_tests"}  # v passed the tests repair may show; no hidden test ran
+    keys = list(ADMISSION)
     verify = pa.table({
-        "instruction_id": list(texts), "instruction": [f"Task {k} please" for k in texts],
-        "model": ["m"] * 6, "response": ["code"] * 6, "status": list(texts.values()),
-        "program_gate": list(gates.values()), "selected": [True] * 6})
+        "instruction_id": keys, "instruction": [f"Task {k} please" for k in keys],
+        "model": ["m"] * len(keys), "response": ["code"] * len(keys),
+        "status": [ADMISSION[k][2] for k in keys], "admission": [ADMISSION[k][0] for k in keys],
+        "probe_gate": [ADMISSION[k][1] for k in keys],
+        "verified": [ADMISSION[k][0] == "verified" for k in keys],
+        "program_gate": ["pass"] * len(keys), "selected": [True] * len(keys)})
     ctx = _plain_ctx(tmp_path, verify)
-    ctx.tables["audit"] = _audit_table(verify, {"g": True, "r": False})
+    # the judge gate admits g and u (u's answer has no code: it is never emitted anyway)
+    ctx.tables["audit"] = _audit_table(verify, {"g": True, "r": False, "u": True})
     result = run(verify, EmitConfig(admit=admit), ctx)
     assert set(result.table.column("instruction_id").to_pylist()) == expected_rows
     reasons = result.dropped.column("reason").to_pylist()
     assert {r: reasons.count(r) for r in set(reasons)} == expected_reasons
     assert result.table.column("verified").to_pylist().count(True) == ("p" in expected_rows)
+    rows = {r["instruction_id"]: r for r in result.table.to_pylist()}
+    # gate_admitted: admitted by the judge gate without execution, and only then
+    assert {k: r["gate_admitted"] for k, r in rows.items()} == {
+        k: k == "g" and admit == "verified_or_gated" for k in rows}
 
 
 def test_stage_holdout_split_is_written_and_described(tmp_path):
@@ -421,3 +437,42 @@ def test_two_selected_answers_for_one_instruction_is_an_error(tmp_path):
                                pa.array([True] * verify.num_rows))
     with pytest.raises(ValueError, match="more than one selected answer, e.g. instruction_id="):
         run(verify, EmitConfig(), _plain_ctx(tmp_path, verify))
+
+
+def test_provenance_a_user_can_filter_on(tmp_path):
+    """test_authors, judge_verdicts (both orders), local_share, margin and kcenter_rank come
+    from the stages that made them; gate_admitted says the judge gate admitted a row."""
+    keys = ["p", "g"]
+    verify = pa.table({
+        "instruction_id": keys, "instruction": ["Task p please", "Task g please"],
+        "model": ["m1", "m1"], "response": ["code", "code"], "status": ["passed", "no_tests"],
+        "admission": ["verified", "no_tests"], "probe_gate": ["pass", "pass"],
+        "verified": [True, False], "program_gate": ["pass", "no_tests"],
+        "selected": [True, True]})
+    ctx = _plain_ctx(tmp_path, verify)
+    ctx.tables["audit"] = _audit_table(verify, {"g": True})
+    ctx.tables["rate"] = pa.table({"instruction_id": ["p", "p", "g"], "model": ["m1", "m2", "m1"],
+                                   "final_score": [0.8, 0.3, 0.5], "elo": [1010.0, 990.0, 1010.0],
+                                   "local_share": [1.0, 0.0, 0.5], "margin": [0.5, 0.5, 0.0]})
+    ctx.tables["compress"] = pa.table({"instruction_id": ["g", "p"], "kcenter_rank": [0, 3]})
+    ctx.tables["tests"] = pa.table({
+        "instruction_id": ["p"] * 4, "author": ["m2", "m1", "m3", "instruction"],
+        "survived": [True, True, False, True],
+        "kind": ["written", "written", "written", "example"]})
+    ctx.tables["judge"] = pa.table({
+        "instruction_id": ["p", "p"], "judge": ["j", "j"], "order": ["ba", "ab"],
+        "model_a": ["m1", "m1"], "model_b": ["m2", "m2"], "verdict": ["a", "a"],
+        "score_a": pa.array([None, None], pa.int64()), "score_b": pa.array([None, None], pa.int64()),
+        "expected_score_a": [2.6, 2.4], "expected_score_b": [0.7, 1.1],
+        "parse_error": pa.array([None, None], pa.string())})
+    result = run(verify, EmitConfig(), ctx)
+    rows = {r["instruction_id"]: r for r in result.table.to_pylist()}
+    assert rows["p"]["test_authors"] == ["m1", "m2"]  # trusted written tests only
+    assert rows["g"]["test_authors"] == []
+    assert [(v["order"], v["score_a"], v["score_b"]) for v in rows["p"]["judge_verdicts"]] == [
+        ("ab", 2.4, 1.1), ("ba", 2.6, 0.7)]
+    assert rows["g"]["judge_verdicts"] is None
+    assert (rows["p"]["local_share"], rows["p"]["margin"], rows["p"]["kcenter_rank"]) == \
+        (1.0, 0.5, 3)
+    assert (rows["p"]["gate_admitted"], rows["g"]["gate_admitted"]) == (False, True)
+    assert (rows["p"]["admission"], rows["g"]["admission"]) == ("verified", "no_tests")
