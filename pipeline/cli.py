@@ -119,6 +119,8 @@ def config_validate(file: Path, set_: SetOpt = None) -> None:
     """Validate a config: fields, model ids, and that each model can serve its stage's
     protocol (exit 2 naming the field, or the model, stage and protocol, on error)."""
     cfg = _load_checked(file, set_)
+    for warning in cfg.role_warnings():
+        console.print(f"warning: {warning}", highlight=False, markup=False)
     console.print(f"{file}: ok (config hash {cfg.config_hash()})")
 
 

@@ -115,6 +115,21 @@ class _RunBase(_Strict):
     def stage_config(self, name: str) -> Any:
         return getattr(self, name)
 
+    def circular_roles(self) -> list[str]:
+        """Models that both judge battles and write the tests that decide the same battles:
+        their verdicts and their tests are one opinion twice, so the audit of judge against
+        execution would partly compare a judge with itself (``config validate`` and a run
+        warn; the audit counts the trusted tests concerned, ``circular_trusted_tests``)."""
+        if not {"judge", "tests"} <= set(self.stages):
+            return []
+        return sorted(set(self.judge.judges or ()) & set(self.tests.authors or ()))
+
+    def role_warnings(self) -> list[str]:
+        """What ``config validate`` and a run warn about (never an error: a user may choose it)."""
+        return [f"{model} both judges battles (judge.judges) and writes the tests that decide "
+                "them (tests.authors): the audit of the judges against execution then compares "
+                "a judge with its own tests" for model in self.circular_roles()]
+
     def config_hash(self) -> str:
         """Hash of everything that decides the rows (not the runner, name or output location)."""
         payload = self.model_dump(mode="json", exclude={"runner", "name", "artifacts_dir"})
@@ -162,7 +177,8 @@ class RunConfig(_RunBase):
                 "judge": {"judges": judges},
                 "repair": {"timeout_s": self.verify.timeout_s,
                            "memory_mb": self.verify.memory_mb,
-                           "fail_fast": self.verify.fail_fast}}
+                           "fail_fast": self.verify.fail_fast,
+                           "min_pass_fraction": self.verify.min_pass_fraction}}
         fill["compress"] = {"precision": self.embedding_precision}
         check = self.decontaminate.embedding
         if check.precision is None:

@@ -373,6 +373,8 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
         store.request_cache(cfg.runner.request_cache_store)  # refuses SQLite on a remote store
     check_chain(specs, store.completed() if not fresh else {}, None if fresh else store)
     check_models_available(cfg, specs)
+    for warning in cfg.role_warnings():
+        log.warning("%s", warning)
     store.open(cfg.config_hash(), run_dir_yaml(cfg, run_dir), fresh=fresh)
     executor = make_executor(cfg.runner)
     ctx = RunContext(run_dir, cfg)
