@@ -205,11 +205,12 @@ class SandboxWorker:
 
     # -- jobs ---------------------------------------------------------------------------------
 
-    def run_frame(self, frame: dict, memory_mb: int, wait_s: float
+    def run_frame(self, frame: dict, memory_mb: int, wait_s: float, server_mb: int
                   ) -> tuple[dict | None, bool, ExecResult | None]:
         """Send a program job's frame (``languages.frames``); ``(verdict, the memory cgroup
-        killed, failure)`` as for any job (``_exchange``)."""
-        return self._exchange(frame, frame["timeout_s"], memory_mb, wait_s)
+        killed, failure)`` as for any job (``_exchange``). The slot's memory cgroup is set to
+        ``memory_mb + server_mb`` (the server and the job's driver, over the job's own)."""
+        return self._exchange(frame, frame["timeout_s"], memory_mb, wait_s, server_mb)
 
     def run(self, job: Job, tests: PreparedTests) -> ExecResult:
         """Run one job in a sandbox of this slot and return its verdict."""
@@ -251,7 +252,8 @@ class SandboxWorker:
         return (job.timeout_s if job.timeout_s is not None else self.cfg.timeout_s,
                 job.memory_mb if job.memory_mb is not None else self.cfg.memory_mb)
 
-    def _exchange(self, frame: dict, timeout_s: float, memory_mb: int, wait_s: float
+    def _exchange(self, frame: dict, timeout_s: float, memory_mb: int, wait_s: float,
+                  server_mb: int = _SERVER_MEMORY_MB
                   ) -> tuple[dict | None, bool, ExecResult | None]:
         """Send one job to the sandbox and read its verdict within ``wait_s`` (+ grace).
 
@@ -260,7 +262,7 @@ class SandboxWorker:
         """
         start = time.monotonic()
         if self.cgroup is not None:
-            self.cgroup.set_memory_limit((memory_mb + _SERVER_MEMORY_MB) << 20)
+            self.cgroup.set_memory_limit((memory_mb + server_mb) << 20)
         oom_before = self.cgroup.oom_kills() if self.cgroup else 0
         self.start()
         server = self._server

@@ -96,6 +96,8 @@ def test_a_job_needs_either_stdins_or_calls():
     (1, "", "Exception in thread \"main\" java.lang.OutOfMemoryError: Java heap space",
      False, False, MEMORY),
     (-signal.SIGKILL, "", "", True, False, MEMORY),
+    (1, "", "", True, False, MEMORY),  # its child was OOM-killed, then it failed
+    (0, "", "", True, False, OK),  # ... or it coped
     (-signal.SIGKILL, "", "", False, False, KILLED),
     (-signal.SIGTERM, "", "", False, False, KILLED),
     (-signal.SIGXCPU, "", "", False, False, TIMEOUT),

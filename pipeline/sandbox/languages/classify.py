@@ -51,7 +51,8 @@ def process_status(code: int, reason: str, stderr: str, oom: bool, timeout_s: fl
         reason: What the driver stopped it for: ``timeout``, ``output_limit``, ``kept_limit``
             (the job's output budget), or empty.
         stderr: The tail of its stderr.
-        oom: The memory cgroup killed a process during the job.
+        oom: The memory cgroup killed a process during the job (a run that then fails is
+            ``memory``, whether the kill hit it or a process it started).
         timeout_s: The time limit, for the message.
         calls: The process ran a call that did not report (an exit during a call is an error).
     """
@@ -61,12 +62,12 @@ def process_status(code: int, reason: str, stderr: str, oom: bool, timeout_s: fl
         return OUTPUT_LIMIT, "stdout+stderr exceeded the output limit"
     if reason == "kept_limit":
         return OUTPUT_LIMIT, "the job's output exceeded what the sandbox keeps (16 MiB)"
-    if code == -signal.SIGKILL:
-        if oom:
-            return MEMORY, "killed by the memory limit"
-        return KILLED, "killed by SIGKILL"
+    if code != 0 and oom:  # the cgroup killed a process of the job: this run, or its child
+        return MEMORY, "killed by the memory limit"
     if code != 0 and _OUT_OF_MEMORY.search(stderr[-2000:]):
         return MEMORY, "out of memory"
+    if code == -signal.SIGKILL:
+        return KILLED, "killed by SIGKILL"
     if code == 0:
         if calls:
             return RUNTIME_ERROR, "the program exited during the call"

@@ -28,7 +28,9 @@ from arenaforge.pipeline.sandbox.languages.jobs import (
 )
 
 log = logging.getLogger(__name__)
-_DRIVER_MB = 48  # the driver and the outputs it holds, over the run's own memory
+# The memory cgroup holds the sandbox's server too (~10 MiB measured idle) and, for a program
+# job, its driver and the outputs the server keeps for the host: the job's limit plus this.
+_SERVER_MB = 48
 _GRACE_S = 5.0
 _CACHE_ENTRIES = 256
 _CACHE_BYTES = 256 << 20
@@ -108,7 +110,8 @@ class ProgramRunner:
                              sandbox_fault=message)
 
     def _exchange(self, worker, frame: dict, memory_mb: int):
-        verdict, oom, failure = worker.run_frame(frame, memory_mb, frame["timeout_s"] + _GRACE_S)
+        verdict, oom, failure = worker.run_frame(frame, memory_mb, frame["timeout_s"] + _GRACE_S,
+                                                 _SERVER_MB)
         if verdict is None:
             return None, oom, failure.error_message if failure else "no verdict"
         if verdict.get("setup"):
@@ -162,7 +165,7 @@ class ProgramRunner:
         frame = frames.run_frame(lang, tc, job, files, timeout_s=timeout, memory_mb=memory,
                                  output_limit=self.cfg.output_limit_bytes,
                                  work_mb=self.cfg.work_dir_mb, cgroup=worker.cgroup is not None)
-        verdict, oom, fault = self._exchange(worker, frame, memory + _DRIVER_MB)
+        verdict, oom, fault = self._exchange(worker, frame, memory)
         if verdict is None:
             return self._fault(worker, lang, job, fault)
         if compiled is None:  # an interpreted language's syntax check
