@@ -30,6 +30,7 @@ from arenaforge.pipeline.sandbox.worker import SandboxWorker
 log = logging.getLogger(__name__)
 _STOP = object()
 _PROGRAM = object()  # marks a program job in the queue (languages.execute runs it)
+_COMPILE = object()  # ... a program job to compile only
 
 
 class SandboxUnavailable(RuntimeError):
@@ -107,8 +108,9 @@ class SandboxPool:
                 break
             index, job, prepared, out = item
             suite = isinstance(job, SuiteJob)
-            if prepared is _PROGRAM:  # never raises: failures are on its result
-                out.put((index, self._programs.run(worker, job)))
+            if prepared is _PROGRAM or prepared is _COMPILE:  # never raise: failures on results
+                run = self._programs.run if prepared is _PROGRAM else self._programs.compile
+                out.put((index, run(worker, job)))
                 continue
             try:
                 result = worker.run_suite(job, prepared) if suite else worker.run(job, prepared)
@@ -189,6 +191,15 @@ class SandboxPool:
             ToolchainUnavailable: A job's language has no toolchain here (checked before any
                 job runs).
         """
+        return self._programs_queue(jobs, _PROGRAM)
+
+    def compile_programs(self, jobs: Sequence) -> list:
+        """Only compile program jobs (``languages.CompileResult`` each, in order); the
+        compiled programs are cached, so a ``run_programs`` of the same jobs reuses them.
+        Raises as ``run_programs`` does."""
+        return self._programs_queue(jobs, _COMPILE)
+
+    def _programs_queue(self, jobs: Sequence, kind: object) -> list:
         from arenaforge.pipeline.sandbox.languages.catalog import resolve_language
         from arenaforge.pipeline.sandbox.languages.execute import ProgramRunner
         from arenaforge.pipeline.sandbox.languages.installed import require
@@ -201,7 +212,7 @@ class SandboxPool:
             self._programs = ProgramRunner(self.cfg)
         out: queue.Queue = queue.Queue()
         for i, job in enumerate(jobs):
-            self._queue.put((i, job, _PROGRAM, out))
+            self._queue.put((i, job, kind, out))
         results: list = [None] * len(jobs)
         for _ in jobs:
             index, result = out.get()

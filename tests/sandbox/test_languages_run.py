@@ -96,6 +96,11 @@ def test_a_program_is_compiled_once_and_cached(pool):
     assert not first.compile.cached and again.compile.cached
     assert [r.stdout for r in again.runs] == ["cached\n", "cached\n"]
     assert not run(pool, "c", source + "\n").compile.cached
+    other = ProgramJob("c", source + "\n\n", stdins=("",))
+    compiled = pool.compile_programs([other, ProgramJob("python", "x", stdins=("",))])
+    assert compiled[0].ok and not compiled[0].cached
+    assert compiled[1].ok  # nothing to compile: its syntax is checked with its runs
+    assert pool.run_programs([other])[0].compile.cached
 
 
 @needs("python", "javascript")

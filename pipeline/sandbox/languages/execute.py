@@ -21,6 +21,7 @@ from arenaforge.pipeline.sandbox.languages.installed import Toolchain, require, 
 from arenaforge.pipeline.sandbox.languages.jobs import (
     COMPILE_ERROR,
     KILLED,
+    OK,
     CompileResult,
     ProgramJob,
     ProgramResult,
@@ -93,9 +94,22 @@ class ProgramRunner:
         lang = language(job.language)
         try:
             return self._run(worker, lang, require(lang.id), job, use_cache)
-        except Exception as exc:
+        except Exception as exc:  # on the result, not up the worker's thread: the pool goes on
             log.exception("program job failed in the sandbox layer")
             return self._fault(worker, lang, job, f"{type(exc).__name__}: {exc}")
+
+    def compile(self, worker, job: ProgramJob, use_cache: bool = True) -> CompileResult:
+        """Only the compile step of ``job`` (an interpreted language: ``ok``, nothing to do;
+        its syntax is checked with its runs); never raises."""
+        lang = language(job.language)
+        if not lang.compiled:
+            return CompileResult(OK)
+        try:
+            worker.use_binds(sandbox_binds())
+            return self._compile(worker, lang, require(lang.id), job, use_cache)[0]
+        except Exception as exc:  # on the result, as in run()
+            log.exception("compile job failed in the sandbox layer")
+            return CompileResult(KILLED, message=f"{type(exc).__name__}: {exc}")
 
     def _limits(self, worker, lang: Language) -> tuple[str, ...]:
         limits = [x for x in worker.limits if x != "rlimit_as"]
