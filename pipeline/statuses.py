@@ -7,7 +7,9 @@ on its tests (the verify and repair stages' ``status`` column) has the words of 
 that did not pass (an output cap reads as ``error``), or one of two that say it was not tested
 as a program at all: ``no_tests`` (no trusted test for the instruction), ``no_entry_point``
 (nothing in the answer binds to the function the tests call: never a logic failure) and
-``contradictory_tests`` (the instruction's tests contradict each other, so they decide nothing).
+``contradictory_tests`` (the instruction's tests contradict each other, so they decide nothing),
+and one that says testing could not decide: ``answers_disagree`` (the answers that pass every
+trusted test return different values on an input the tests do not decide).
 """
 
 from __future__ import annotations
@@ -24,6 +26,9 @@ SKIPPED = "skipped"  # a test not run because the answer already timed out (fail
 # the instruction's tests contradict each other: none of them accepts or rejects an answer
 # (an answer's status only)
 CONTRADICTORY_TESTS = "contradictory_tests"
+# the answers that pass every trusted test return different values on an input the tests do
+# not decide: one side is wrong and nothing tells which (an answer's status only)
+ANSWERS_DISAGREE = "answers_disagree"
 
 # The statuses of an execution in the sandbox.
 EXECUTION_STATUSES = (PASSED, FAILED, ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT)
@@ -31,6 +36,7 @@ EXECUTION_STATUSES = (PASSED, FAILED, ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT)
 # battle, that repair retries, and that a calibrated gate counts as failures.
 FAILED_STATUSES = (FAILED, ERROR, TIMEOUT, MEMORY)
 # Every status an answer row may carry.
-ANSWER_STATUSES = (PASSED, *FAILED_STATUSES, NO_TESTS, NO_ENTRY_POINT, CONTRADICTORY_TESTS)
+ANSWER_STATUSES = (PASSED, *FAILED_STATUSES, NO_TESTS, NO_ENTRY_POINT, CONTRADICTORY_TESTS,
+                   ANSWERS_DISAGREE)
 # An execution's status as an answer's: the output cap is an error of the program.
 ANSWER_STATUS_OF = {**{s: s for s in (PASSED, *FAILED_STATUSES)}, OUTPUT_LIMIT: ERROR}

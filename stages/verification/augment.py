@@ -131,7 +131,15 @@ def input_program(entry_point: str, args: Sequence[Any]) -> str:
     ``INEXACT`` when the value is not built only from exact builtin types (the harness's
     ``__af_exact``: no subclasses, no numpy; a value whose repr merely looks like a literal, a
     ``str`` subclass or a ``UserDict``, must not become or pass as an expected literal)."""
-    return (f"_result = {normalised_call(entry_point, args)}\n"
+    return call_program(normalised_call(entry_point, args))
+
+
+def call_program(call: str) -> str:
+    """``input_program`` for a call already written out (a written test's normalised call).
+
+    ``random`` is seeded first, so that an answer that draws random numbers prints the same
+    value on every run (its outcome, and so the stage's rows, do not change between runs)."""
+    return (f"import random as _random\n_random.seed(0)\n_result = {call}\n"
             f"print({MARK!r} + ('' if __af_exact(_result) else {INEXACT!r}) + "
             f"repr(_result)[:{_MAX_REPR + 1}])\nassert True")
 

@@ -21,27 +21,36 @@ Rules, in order (``weigh``):
 1. **The example is a hard test.** A written test that expects another value for the example's
    call is dropped (``contradicts_example``), and so is every other test of its author
    (``author_contradicts_example``): that author misread the task.
-2. **Direct contradictions.** When trusted written tests expect different values for the same
+2. **A majority is evidence only among independent, consistent answers.** Answers are
+   independent when they are different programs (``program_key``: the same code up to
+   formatting, comments, docstrings and a ``__main__`` demo is one program, whichever models
+   wrote it); two experts that emit the same wrong program are one vote. An independent
+   majority is an outcome that at least two different programs, and more than half of the
+   programs present, share.
+3. **Answers overrule only a weak test.** A test no stronger than one author's (strength 2 or
+   less) is dropped (``contradicts_majority``) when the answers that pass every other trusted
+   test and the example return, as an independent majority, another value on its call: the
+   test is the odd one out (an author's slip). Tests two authors agree on, and the example,
+   are never overruled by answers.
+4. **Direct contradictions.** When trusted written tests expect different values for the same
    call, the strictly strongest value stays and the others are dropped
    (``contradicts_stronger``); when no value is strictly strongest the instruction is
    ``contradictory_tests`` and is never used to accept or reject an answer. A value's strength
-   is its strongest test's, plus one when an independent majority of the answers (rule 4's
-   sense of independent: different programs) return it.
-3. **A suite that no answer passes is examined.** When every test is passed by some answer but
+   is its strongest test's, plus one when an independent majority of the answers return it.
+5. **A suite that no answer passes is examined.** When every test is passed by some answer but
    no answer passes them all, the tests are grouped by author (the example a group of its own):
    two groups that some answers satisfy in full, but never together, contradict each other
    (two authors read the task two ways). Against the example the author loses (its tests are
    dropped, ``author_contradicts_example``); between two authors the instruction is
    ``contradictory_tests``. A test that no answer passes is kept: the answers are wrong, or the
    test is, and nothing here tells which, so no answer is verified.
-4. **A majority is evidence only among independent, consistent answers.** A generated input's
-   output becomes an expectation (``majority``) when the answers that pass every trusted written
-   test and the example (the voters) agree on it, and the agreeing answers are at least two
-   *different programs* (``program_key``: the same code up to formatting, comments, docstrings
-   and a ``__main__`` demo is one program, whichever models wrote it) and more than half of the
-   voters' distinct programs. Two experts that emit the same wrong program are one vote
-   (``not_independent``). A majority value that contradicts a written test or the example on the
-   same call is dropped (``contradicts_stronger``).
+6. **Generated inputs.** A generated input's output becomes an expectation (``majority``, hidden)
+   when the answers that pass every trusted written test and the example (the voters) return
+   it as an independent majority (otherwise ``no_majority``, or ``not_independent`` when the
+   agreeing answers are one program); a value that contradicts a written test or the example
+   on the same call is dropped (``contradicts_stronger``). When voters that are different
+   programs return different values on an input and no majority decides, one side is wrong and
+   nothing tells which: the instruction is ``answers_disagree`` and none of them is verified.
 """
 
 from __future__ import annotations
@@ -53,7 +62,7 @@ import json
 from collections import defaultdict
 from collections.abc import Sequence
 
-from arenaforge.pipeline.statuses import CONTRADICTORY_TESTS
+from arenaforge.pipeline.statuses import ANSWERS_DISAGREE, CONTRADICTORY_TESTS
 from arenaforge.stages.verification.augment import Outcome
 from arenaforge.stages.verification.suites import DECIDED
 from arenaforge.stages.verification.test_parsing import strip_main_guard
@@ -74,11 +83,12 @@ TRUSTED_BY = tuple(STRENGTH)
 CONTRADICTS_EXAMPLE = "contradicts_example"
 AUTHOR_CONTRADICTS_EXAMPLE = "author_contradicts_example"
 CONTRADICTS_STRONGER = "contradicts_stronger"
+CONTRADICTS_MAJORITY = "contradicts_majority"
 NO_MAJORITY, NOT_INDEPENDENT = "no_majority", "not_independent"
 NOT_LITERAL, AGREED_NO_VALUE = "not_literal", "agreed_no_value"
 
 # the instruction's verdict on its own evidence
-CONTRADICTORY = CONTRADICTORY_TESTS
+CONTRADICTORY, DISPUTED = CONTRADICTORY_TESTS, ANSWERS_DISAGREE
 
 
 def program_key(code: str | None) -> str | None:
@@ -115,6 +125,8 @@ class Candidate:
             (None: not run).
         example: passed the instruction's example (None: no example, or not run).
         inputs: per augmented row, its outcome on that input.
+        calls: per written test, what the answer returned on the test's call (None: the test
+            has no call shape, or it did not run).
     """
 
     model: str
@@ -122,6 +134,7 @@ class Candidate:
     written: tuple[bool | None, ...]
     example: bool | None
     inputs: tuple[Outcome, ...] = ()
+    calls: tuple[Outcome | None, ...] = ()
 
 
 @dataclasses.dataclass(frozen=True)
@@ -181,12 +194,15 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
               *(d for d in duplicates if d["author"] not in discredited)]
     for t in live:
         _trust(written[t], _evidence(written[t], others, models))
+    _overruled_by_answers(written, candidates)
     verdict = _direct_conflicts(written, candidates)
     if verdict.status == DECIDED:
         verdict = _examine(written, candidates, example)
     voters = [c for c in candidates if _consistent(c, written, example)]
     for j, row in enumerate(augmented):
         _vote(row, j, candidates, voters, written, example)
+    if verdict.status == DECIDED:
+        verdict = _disputes(augmented, voters)
     passing = sorted(c.model for c in voters if _passes_augmented(c, augmented))
     for row in (*written, *augmented):
         row["consensus"] = passing
@@ -208,8 +224,66 @@ def _evidence(row: dict, live: Sequence[dict], models: set[str]) -> str:
     return WRITTEN
 
 
+def _best_group(pairs: Sequence[tuple[Candidate, Outcome]]
+                ) -> tuple[list[tuple[Candidate, Outcome]], bool]:
+    """The answers sharing the outcome that the most different programs share, and whether it
+    is an independent majority (rule 2): at least two different programs, and more than half of
+    the programs present."""
+    groups: list[list[tuple[Candidate, Outcome]]] = []
+    for c, o in pairs:
+        same = next((g for g in groups if g[0][1].same(o)), None)
+        if same is None:
+            groups.append([(c, o)])
+        else:
+            same.append((c, o))
+    programs = len({c.program for c, _ in pairs})
+    best = max(groups, key=lambda g: (len({c.program for c, _ in g}), len(g)), default=[])
+    distinct = len({c.program for c, _ in best})
+    return best, distinct >= 2 and 2 * distinct > programs
+
+
+def _overruled_by_answers(written: Sequence[dict], candidates: Sequence[Candidate]) -> None:
+    """Rule 3: a test no stronger than one author's (strength <= 2) is dropped
+    (``contradicts_majority``) when the answers that pass every other trusted test, and are at
+    least two different programs and more than half of such programs, return one other value
+    on its call: the test is the odd one out (an author's slip), not the answers."""
+    for t, row in enumerate(written):
+        if not row["survived"] or row["strength"] > STRENGTH[WRITTEN_PASSER] or not row["call"]:
+            continue
+        others = [u for u, r in enumerate(written) if r["survived"] and u != t]
+        members = [(c, c.calls[t]) for c in candidates
+                   if c.program is not None and c.example is not False
+                   and t < len(c.calls) and c.calls[t] is not None
+                   and all(c.written[u] for u in others)]
+        best, majority = _best_group(members)
+        agreed = best[0][1] if majority else None
+        if (agreed is not None and agreed.kind == "value" and agreed.exact
+                and not reprs_agree(row["expected"], agreed.detail)):
+            row["contradicted"] = sorted(c.model for c, o in members if o.same(agreed))
+            _drop(row, CONTRADICTS_MAJORITY)
+
+
+def _disputes(augmented: Sequence[dict], voters: Sequence[Candidate]) -> Verdict:
+    """Rule 6: the answers that pass every trusted test return different values on a
+    generated input and no independent majority decides: one side is wrong, nothing tells
+    which, so none of them is verified."""
+    for j, row in enumerate(augmented):
+        if row["survived"]:
+            continue
+        values = {}
+        for c in voters:
+            o = c.inputs[j]
+            if o.kind == "value":
+                values.setdefault(o.detail, set()).add(c.program)
+        if len(values) >= 2 and len(set().union(*values.values())) >= 2:
+            shown = " vs ".join(f"{v} ({len(p)} program{'s' * (len(p) > 1)})"
+                                for v, p in list(values.items())[:3])
+            return Verdict(DISPUTED, f"{row['call']}: {shown}")
+    return Verdict(DECIDED)
+
+
 def _direct_conflicts(written: Sequence[dict], candidates: Sequence[Candidate]) -> Verdict:
-    """Rule 2. A value's strength is its strongest test's, plus one when an independent
+    """Rule 4. A value's strength is its strongest test's, plus one when an independent
     majority of the answers return it (the answers that pass a test expecting it are at least
     two different programs and more than half of all the answers' programs)."""
     programs = {c.program for c in candidates if c.program is not None}
@@ -253,7 +327,7 @@ def _direct_conflicts(written: Sequence[dict], candidates: Sequence[Candidate]) 
 
 def _examine(written: Sequence[dict], candidates: Sequence[Candidate],
              example: Example | None) -> Verdict:
-    """Rule 3: groups (authors, the example) that answers satisfy apart but never together."""
+    """Rule 5: groups (authors, the example) that answers satisfy apart but never together."""
     while True:
         live = [t for t, r in enumerate(written) if r["survived"]]
         groups: dict[str, list[int]] = defaultdict(list)
@@ -296,19 +370,11 @@ def _vote(row: dict, j: int, candidates: Sequence[Candidate], voters: Sequence[C
           written: Sequence[dict], example: Example | None) -> None:
     row["raw"] = json.dumps({c.model: c.inputs[j].as_text() for c in candidates},
                             sort_keys=True)
-    groups: list[list[Candidate]] = []
-    for c in voters:
-        same = next((g for g in groups if g[0].inputs[j].same(c.inputs[j])), None)
-        if same is None:
-            groups.append([c])
-        else:
-            same.append(c)
-    programs = len({c.program for c in voters})
-    best = max(groups, key=lambda g: (len({c.program for c in g}), len(g)), default=[])
-    distinct = len({c.program for c in best})
+    pairs, majority = _best_group([(c, c.inputs[j]) for c in voters])
+    best = [c for c, _ in pairs]
     row["contradicted"] = []
     row["passed_by"] = []
-    if distinct < 2 or 2 * distinct <= programs:
+    if not majority:
         _drop(row, NOT_INDEPENDENT if len(best) >= 2 and 2 * len(best) > len(voters)
               else NO_MAJORITY)
         return

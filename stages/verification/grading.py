@@ -21,7 +21,13 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
-from arenaforge.pipeline.statuses import CONTRADICTORY_TESTS, NO_ENTRY_POINT, NO_TESTS, PASSED
+from arenaforge.pipeline.statuses import (
+    ANSWERS_DISAGREE,
+    CONTRADICTORY_TESTS,
+    NO_ENTRY_POINT,
+    NO_TESTS,
+    PASSED,
+)
 from arenaforge.stages.verification.entry_points import Binding, bound_code
 from arenaforge.stages.verification.execution import (
     Verdict,
@@ -39,7 +45,7 @@ from arenaforge.stages.verification.probe_gate import (
     probe_gate,
 )
 from arenaforge.stages.verification.recorded_runs import RecordedRun
-from arenaforge.stages.verification.suites import AUGMENTED, Suite
+from arenaforge.stages.verification.suites import AUGMENTED, DECIDED, Suite
 from arenaforge.stages.verification.test_split import HIDDEN, VISIBLE
 
 SPLITS = (VISIBLE, HIDDEN, AUGMENTED)
@@ -69,14 +75,16 @@ class Graded:
     probe_gate: str
     program_gate: str
     reused: bool = False
+    suite_status: str = DECIDED
 
     def admission(self, min_pass_fraction: float = 1.0) -> str:
         """Where execution stops the answer, first that applies (``ADMISSION_STEPS``):
         ``contradictory_tests``, ``no_tests``, ``no_usable_code`` (probe verdict ``no_code``,
         ``no_entry_point``, ``signature_mismatch`` or ``import_error``), ``example_failed`` (the
         instruction's own example: a hard test), ``below_pass_fraction`` (fewer than
-        ``min_pass_fraction`` of the trusted tests passed; at 1.0: any test failed), else
-        ``verified``."""
+        ``min_pass_fraction`` of the trusted tests passed; at 1.0: any test failed),
+        ``answers_disagree`` (it passes, but answers that pass as well return other values on
+        an input nothing decides), else ``verified``."""
         v = self.verdict
         if v.status == CONTRADICTORY_TESTS:
             return CONTRADICTORY_TESTS
@@ -88,7 +96,9 @@ class Graded:
             return EXAMPLE_FAILED
         enough = (v.status == PASSED if min_pass_fraction >= 1.0
                   else v.tests_passed >= min_pass_fraction * v.tests_total)
-        return VERIFIED if enough and self.probe_gate == PASS else BELOW_PASS_FRACTION
+        if not enough or self.probe_gate != PASS:
+            return BELOW_PASS_FRACTION
+        return ANSWERS_DISAGREE if self.suite_status == ANSWERS_DISAGREE else VERIFIED
 
     def verified(self, min_pass_fraction: float = 1.0) -> bool:
         """Accepted by execution (``admission`` is ``verified``)."""
@@ -97,7 +107,7 @@ class Graded:
 
 VERIFIED, BELOW_PASS_FRACTION, UNUSABLE = "verified", "below_pass_fraction", "no_usable_code"
 ADMISSION_STEPS = (CONTRADICTORY_TESTS, UNUSABLE, NO_TESTS, EXAMPLE_FAILED, BELOW_PASS_FRACTION,
-                   VERIFIED)
+                   ANSWERS_DISAGREE, VERIFIED)
 # the steps where a selected answer goes back to its author with execution feedback
 REPAIRABLE = (UNUSABLE, EXAMPLE_FAILED, BELOW_PASS_FRACTION)
 
@@ -165,7 +175,8 @@ def _not_run(suite: Suite | None, bad: Verdict | None) -> Graded:
     return Graded(None, verdict, counts, None, certifying, bad.error_class if bad else None,
                   probe_gate(has_code=bad is None, bound=False, signature_ok=False, loads=False,
                              example_ok=None),
-                  PROGRAM_FAIL if certifying and bad is not None else PROGRAM_NO_TESTS)
+                  PROGRAM_FAIL if certifying and bad is not None else PROGRAM_NO_TESTS,
+                  suite_status=suite.status if suite is not None else DECIDED)
 
 
 def _decisive(suite: Suite | None) -> Suite | None:
@@ -210,7 +221,8 @@ def _fold(suite: Suite, binding: Binding, results: Verdict | list[Any]) -> Grade
         program = PROGRAM_NO_TESTS
     else:
         program = PROGRAM_FAIL if failing or binding.bound_function is None else PROGRAM_PASS
-    return Graded(binding, verdict, counts, visible, len(failing), hidden_error, gate, program)
+    return Graded(binding, verdict, counts, visible, len(failing), hidden_error, gate, program,
+                  suite_status=suite.status)
 
 
 

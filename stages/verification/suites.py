@@ -4,8 +4,8 @@
 instruction: its entry point (and whether the instruction named it), the names the authors
 called, the call arities (every written or generated call, so that each stage binds a
 candidate the same way), the instruction's example, the surviving tests by split (the example's
-own row is a visible test, first) and whether the evidence decided (``status``: ``decided`` or
-``contradictory_tests``, ``arenaforge.stages.verification.evidence``). Rows from before the split
+own row is a visible test, first) and whether the evidence decided (``status``: ``decided``,
+``contradictory_tests`` or ``answers_disagree``, ``arenaforge.stages.verification.evidence``). Rows from before the split
 existed (``kind``/``split`` null) count as written and hidden: nothing unknown is ever shown to
 repair.
 """
@@ -16,6 +16,7 @@ import dataclasses
 from collections import defaultdict
 
 import pyarrow as pa
+from arenaforge.pipeline.statuses import CONTRADICTORY_TESTS
 from arenaforge.stages.verification.entry_points import Binding, bind, call_arities
 from arenaforge.stages.verification.test_split import HIDDEN, VISIBLE
 
@@ -47,8 +48,8 @@ class Suite:
 
     @property
     def contradictory(self) -> bool:
-        """The evidence contradicts itself: no test of it accepts or rejects an answer."""
-        return self.status != DECIDED
+        """The tests contradict each other: none of them accepts or rejects an answer."""
+        return self.status == CONTRADICTORY_TESTS
 
     @property
     def graded(self) -> tuple[str, ...]:

@@ -56,6 +56,7 @@ import pyarrow as pa
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.stages.verification.augment import (
+    call_program,
     extract_generator,
     generator_program,
     input_program,
@@ -342,6 +343,8 @@ class _Run:
     written: list  # per written test (in ``_runnable_written`` order), its ExecResult
     inputs: list  # per augmented row, the ExecResult of its input program
     probes: list  # ``arenaforge.stages.verification.grading.probes`` of the suite
+    calls: list = dataclasses.field(default_factory=list)  # per written test: the ExecResult
+    # of its call alone (what the answer returns there), None where the test has no call shape
 
 
 def _runnable_written(rs: list[dict]) -> list[dict]:
@@ -357,21 +360,30 @@ def _run_candidates(pool: Any, rows: dict[str, list[dict]], answers: dict[str, l
     jobs, where = [], []
     for iid, rs in rows.items():
         suite = suites[iid]
-        tests = [r["test_code"] for r in _runnable_written(rs)]
+        written = _runnable_written(rs)
+        tests = [r["test_code"] for r in written]
         inputs = [input_program(suite.entry_point, r["_args"]) for r in rs
                   if r["kind"] == AUGMENTED]
+        # what each answer returns on each written test's call: the evidence that confirms
+        # or overrules a test (``arenaforge.stages.verification.evidence``, rule 3)
+        called = [t for t, r in enumerate(written) if r["call"]]
+        calls = [call_program(written[t]["call"]) for t in called]
         checks = probes(suite)
         for c, answer in enumerate(answers[iid]):
             b = suite.bind(answer["code"])
             if b.bound_function is not None and (tests or inputs):
-                jobs.append((bound_code(answer["code"], b), [*tests, *inputs, *checks]))
-                where.append((iid, c, len(tests), len(inputs)))
+                jobs.append((bound_code(answer["code"], b), [*tests, *inputs, *checks, *calls]))
+                where.append((iid, c, len(tests), len(inputs), len(checks), called,
+                              len(written)))
     results = execute_results(pool, jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
                               fail_fast=False) if jobs else []
     out: dict[str, list[_Run | None]] = {iid: [None] * len(answers[iid]) for iid in rows}
-    for (job, _), (iid, c, n, m), res in zip(jobs, where, results):
+    for (job, _), (iid, c, n, m, k, called, w), res in zip(jobs, where, results):
         if isinstance(res, list):
-            out[iid][c] = _Run(job, res[:n], res[n:n + m], res[n + m:])
+            per_test: list = [None] * w
+            for t, r in zip(called, res[n + m + k:]):
+                per_test[t] = r
+            out[iid][c] = _Run(job, res[:n], res[n:n + m], res[n + m:n + m + k], per_test)
     return out
 
 
@@ -412,7 +424,8 @@ def _candidates(runs: list[_Run | None], models: list[str], example: Example | N
             model, program_key(run.solution),
             tuple(r is not None and r.passed for r in run.written),
             None if example is None else (ran is not None and ran.passed),
-            tuple(outcome_of(r) for r in run.inputs)))
+            tuple(outcome_of(r) for r in run.inputs),
+            tuple(None if r is None else outcome_of(r) for r in run.calls)))
     return out
 
 

@@ -1,11 +1,13 @@
 """The evidence rules of the tests stage (``arenaforge.stages.verification.evidence``), pure."""
 
+from arenaforge.pipeline.statuses import ANSWERS_DISAGREE
 from arenaforge.stages.verification.augment import Outcome
 from arenaforge.stages.verification.evidence import (
     AUTHOR_CONTRADICTS_EXAMPLE,
     AUTHORS_AGREE,
     CONTRADICTORY,
     CONTRADICTS_EXAMPLE,
+    CONTRADICTS_MAJORITY,
     CONTRADICTS_STRONGER,
     DECIDED,
     INDEPENDENT_AUTHOR,
@@ -153,3 +155,48 @@ def test_an_agreed_value_of_a_subclass_is_never_asserted():
     answers = [Candidate("a", "p1", (), None, (odd,)), Candidate("b", "p2", (), None, (odd,))]
     weigh([], rows, answers, None)
     assert not rows[0]["survived"] and rows[0]["reason"] == NOT_LITERAL
+
+
+def with_calls(model, written, calls, example=None, program=None, inputs=()):
+    return Candidate(model, program or f"prog-{model}", tuple(written), example,
+                     tuple(Outcome("value", v) for v in inputs),
+                     tuple(None if v is None else Outcome("value", v) for v in calls))
+
+
+def test_independent_answers_overrule_one_authors_slip():
+    # a's slip: f(5) == 16; two different correct programs pass everything else and return 15
+    rows = [written("a", "f(5)", "16"), written("a", "f(2)", "4"), written("b", "f(3)", "9")]
+    answers = [with_calls("a", [False, True, True], ["15", "4", "9"]),
+               with_calls("b", [False, True, True], ["15", "4", "9"])]
+    assert weigh(rows, [], answers, None).status == DECIDED
+    assert rows[0]["reason"] == CONTRADICTS_MAJORITY and rows[0]["contradicted"] == ["a", "b"]
+    assert all(r["survived"] for r in rows[1:]) and rows[1]["consensus"] == ["a", "b"]
+
+
+def test_one_program_twice_never_overrules_a_test():
+    # two experts emit the same wrong program: one vote, the test stands against it
+    rows = [written("a", "count_primes(10)", "4")]
+    answers = [with_calls("b", [False], ["0"], program="same"),
+               with_calls("c", [False], ["0"], program="same")]
+    weigh(rows, [], answers, None)
+    assert rows[0]["survived"] and rows[0]["reason"] is None
+
+
+def test_answers_never_overrule_two_authors():
+    rows = [written("a", "f(5)", "16"), written("b", "f(5)", "16")]
+    answers = [with_calls("a", [False, False], ["15", "15"]),
+               with_calls("b", [False, False], ["15", "15"]),
+               with_calls("c", [False, False], ["15", "15"])]
+    weigh(rows, [], answers, None)
+    assert all(r["survived"] and r["trusted_by"] == AUTHORS_AGREE for r in rows)
+
+
+def test_consistent_answers_that_disagree_on_an_input_decide_nothing():
+    # two different programs pass every test, but return 7 and 8 on a generated input
+    rows, inputs = [written("z", "f(1)", "1")], [aug("f(3)")]
+    answers = [cand("a", [True], inputs=["7"]), cand("b", [True], inputs=["8"])]
+    verdict = weigh(rows, inputs, answers, None)
+    assert verdict.status == ANSWERS_DISAGREE and "f(3)" in verdict.detail
+    # the same disagreement between answers that fail a test is no dispute: they are wrong
+    answers = [cand("a", [True], inputs=["7"]), cand("b", [False], inputs=["8"])]
+    assert weigh(rows, [aug("f(3)")], answers, None).status == DECIDED

@@ -129,10 +129,12 @@ def test_of_two_authors_disagreeing_on_a_call_the_independent_majority_decides(t
     written = {(r["author"], r["test_idx"]): r for r in _rows(result, "c")
                if r["kind"] == "written"}
     # classify(0): m1 expects 'zero' (passed by m2's answer too), m2 expects 'pos' (passed by
-    # m3's only); both are one contestant's test confirmed by another model, and two different
-    # programs (m1's and m2's) return 'zero': the stronger value
+    # m3's only); both are one contestant's test confirmed by another model, and the answers
+    # that pass every other test, two different programs (m1's and m2's), return 'zero': m2's
+    # test is the odd one out
     assert (written["m2", 1]["survived"], written["m2", 1]["reason"]) == \
-        (False, "contradicts_stronger")
+        (False, "contradicts_majority")
+    assert written["m2", 1]["contradicted"] == ["m1", "m2"]
     assert written["m1", 0]["trusted_by"] == "written+passer"
     kept = [r for r in written.values() if r["survived"]]
     assert sorted(r["split"] for r in kept) == ["hidden", "hidden", "visible"]
