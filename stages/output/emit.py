@@ -38,6 +38,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -46,10 +47,12 @@ from arenaforge.pipeline.layout import (
     DATASET,
     DATASET_CARD,
     DATASET_SHARDS,
+    EMBEDDINGS,
     dataset_shard,
 )
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS
+from arenaforge.stages.common.embeddings import unit_rows
 from arenaforge.stages.output.card import CardInfo, render_card
 from arenaforge.stages.output.emit_provenance import (
     AUTHOR_COLUMNS,
@@ -65,8 +68,10 @@ from arenaforge.stages.output.emit_provenance import (
     with_origin,
     with_test_authors,
 )
+from arenaforge.stages.output.task_dedup import DUPLICATE_TASK, duplicate_tasks
 from arenaforge.stages.verification.grading import BELOW_PASS_FRACTION, UNUSABLE, VERIFIED
 from arenaforge.stages.verification.probe_gate import NO_USABLE_CODE
+from arenaforge.stages.verification.suites import SUITE_COLUMNS, suites_of_rows
 from pydantic import Field
 
 log = logging.getLogger(__name__)
@@ -120,6 +125,11 @@ class EmitConfig(StageConfig):
     license: str = "other"
     extra_models: tuple[str, ...] = ()
     admit: Literal["verified", "verified_or_gated", "selected"] = "verified_or_gated"
+    dedup_distance: float | None = Field(
+        default=0.75, gt=0, description="verified rows whose instructions lie within this "
+        "embedding distance are one task when each one's answer passes the other's trusted "
+        "tests; all but the first selected by compress are dropped as duplicate_task "
+        "(stages/output/task_dedup.py); null: keep them all")
 
 
 def build_sft_rows(selected: pa.Table, *, system_prompt: str | None, run_id: str,
@@ -298,6 +308,34 @@ def _admitted(table: pa.Table, admit: str) -> tuple[pa.Array, pa.Array, pa.Array
             pa.array(by_gate, pa.bool_()))
 
 
+def _without_duplicate_tasks(chosen: pa.Table, cfg: EmitConfig, ctx: StageContext
+                             ) -> tuple[pa.Table, pa.Table]:
+    """``chosen`` without the verified rows that repeat another's task, and those rows with
+    their reason and the kept instruction's id as detail (``task_dedup``)."""
+    raw = ctx.read_artifact(EMBEDDINGS) if cfg.dedup_distance is not None else None
+    none = chosen.slice(0, 0).append_column("reason", pa.array([], pa.string()))
+    if raw is None or "code" not in chosen.column_names:
+        return chosen, none
+    table = pq.read_table(io.BytesIO(raw))
+    vectors = dict(zip(table.column("instruction_id").to_pylist(),
+                       unit_rows(np.asarray(table.column("embedding").to_pylist(), np.float32))))
+    rows = fill_from(chosen, ctx, "compress", "kcenter_rank").to_pylist()
+    verified = [r for r in rows if r.get("verified")]
+    ids = [r["instruction_id"] for r in verified]
+    if len(ids) < 2:
+        return chosen, none
+    suites = suites_of_rows(ctx.read("tests", columns=list(SUITE_COLUMNS),
+                                     instruction_ids=ids).to_pylist())
+    dup = duplicate_tasks(verified, vectors, suites, ctx.sandbox(),
+                          max_distance=cfg.dedup_distance)
+    mask = pa.array([i in dup for i in chosen.column("instruction_id").to_pylist()], pa.bool_())
+    gone = chosen.filter(mask)
+    gone = gone.append_column("reason", pa.array([DUPLICATE_TASK] * gone.num_rows, pa.string()))
+    gone = gone.append_column("detail", pa.array(
+        [dup[i] for i in gone.column("instruction_id").to_pylist()], pa.string()))
+    return chosen.filter(pc.invert(mask)), gone
+
+
 def _column(table: pa.Table, name: str) -> list:
     return (table.column(name).to_pylist() if name in table.column_names
             else [None] * table.num_rows)
@@ -350,6 +388,11 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
     dropped = pa.concat_tables([dropped, rejected.select(dropped.column_names)],
                                promote_options="permissive") if rejected.num_rows else dropped
     chosen = chosen.filter(admitted)
+    chosen, duplicates = _without_duplicate_tasks(chosen, cfg, ctx)
+    if duplicates.num_rows:
+        dropped = pa.concat_tables([dropped, duplicates.select([*dropped.column_names,
+                                                                "detail"])],
+                                   promote_options="permissive")
     # verify may not carry every provenance column through; the stages that made them can.
     for stage, column in (("difficulty", "difficulty"), ("rate", "final_score"), ("rate", "elo"),
                           ("rate", "local_share"), ("rate", "margin"),
@@ -414,9 +457,9 @@ STAGE = StageSpec(
            "difficulty": ("instruction_id", "difficulty", "difficulty_votes"),
            "rate": ("instruction_id", "model", "final_score", "elo", "local_share", "margin"),
            "compress": ("instruction_id", "kcenter_rank"),
-           "tests": AUTHOR_COLUMNS,
+           "tests": tuple(dict.fromkeys((*AUTHOR_COLUMNS, *SUITE_COLUMNS))),
            "audit": ("instruction_id", "model", "gate_admitted", "judge_score")},
-    artifacts=(AUDIT_METRICS,),
+    artifacts=(AUDIT_METRICS, EMBEDDINGS),
     inputs=("instruction_id", "instruction", "model", "response", "status", "selected",
             "verified", *CARRIED),
     outputs=tuple(SFT_SCHEMA.names),

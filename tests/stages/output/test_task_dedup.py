@@ -1,0 +1,36 @@
+"""Near-duplicate tasks found by behaviour (real sandbox): rewordings go, different tasks stay."""
+
+import numpy as np
+from arenaforge.stages.output.task_dedup import duplicate_tasks
+from arenaforge.stages.verification.suites import Suite
+
+ADD = "def add_two_numbers(a, b):\n    return a + b\n"
+SUM = "def add_numbers(num1, num2):\n    return num1 + num2\n"
+IS_PRIME = ("def is_prime(n):\n    return n > 1 and all(n % d for d in range(2, int(n ** 0.5) + 1))\n")
+COUNT = ("def count_primes(n):\n    return sum(1 for k in range(2, n + 1)\n"
+         "               if all(k % d for d in range(2, int(k ** 0.5) + 1)))\n")
+
+
+def suite(iid, entry, tests):
+    return Suite(iid, entry, from_instruction=True, visible=tuple(tests))
+
+
+def test_rewordings_of_one_task_keep_the_first_compress_chose(sandbox_pool):
+    rows = [{"instruction_id": "sum", "code": SUM, "kcenter_rank": 4},
+            {"instruction_id": "add", "code": ADD, "kcenter_rank": 1},
+            {"instruction_id": "prime", "code": IS_PRIME, "kcenter_rank": 2},
+            {"instruction_id": "count", "code": COUNT, "kcenter_rank": 3}]
+    suites = {"add": suite("add", "add_two_numbers", ["assert add_two_numbers(2, 3) == 5"]),
+              "sum": suite("sum", "add_numbers", ["assert add_numbers(-1, 1) == 0",
+                                                  "assert add_numbers(4, 4) == 8"]),
+              "prime": suite("prime", "is_prime", ["assert is_prime(7) is True",
+                                                   "assert is_prime(9) is False"]),
+              "count": suite("count", "count_primes", ["assert count_primes(10) == 4"])}
+    # all four instructions read alike to the embedding model
+    vectors = {k: np.array([1.0, 0.0]) for k in suites}
+    dropped = duplicate_tasks(rows, vectors, suites, sandbox_pool, max_distance=0.75)
+    # sum repeats add (each passes the other's tests); is-prime and count-primes do not
+    assert dropped == {"sum": "add"}
+    # far apart in text: never tried
+    vectors["sum"] = np.array([0.0, 1.0])
+    assert duplicate_tasks(rows, vectors, suites, sandbox_pool, max_distance=0.75) == {}
