@@ -123,7 +123,8 @@ def test_the_host_is_not_readable(pool, lang, tmp_path):
     secret.write_text("token-7f3a9c")
     os.chmod(tmp_path, 0o755)
     os.chmod(secret, 0o644)
-    source = hostile.READ_HOST[lang].replace("@SECRET@", str(secret)).replace("@PROJECT@", str(ROOT))
+    source = (hostile.READ_HOST[lang].replace("@SECRET@", str(secret))
+              .replace("@PROJECT@", str(ROOT)))
     result = run(pool, lang, source)
     assert result.compile.ok, result.compile.stderr
     out = result.runs[0].stdout + result.runs[0].stderr

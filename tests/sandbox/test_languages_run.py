@@ -46,7 +46,7 @@ C_STATUSES = {
     TIMEOUT: "int main(void) { volatile long i = 0; for (;;) i++; }",
     MEMORY: ("int main(void) { for (;;) { char *p = malloc(16 << 20); if (!p) return 3;"
              " memset(p, 1, 16 << 20); } }"),
-    OUTPUT_LIMIT: 'int main(void) { for (;;) fputs("xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx\\n", stdout); }',
+    OUTPUT_LIMIT: 'int main(void) { for (;;) fputs("xxxxxxxxxxxxxxxxxxxxxxx\\n", stdout); }',
     KILLED: "#include <signal.h>\nint main(void) { raise(SIGTERM); return 0; }",
 }
 

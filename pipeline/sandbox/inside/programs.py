@@ -36,7 +36,7 @@ import select
 import time
 import zlib
 
-from job import _emit
+from job import _emit, _empty
 
 _SIGKILL, _SIGCHLD = 9, 17
 # Event lines stay well under the server's 1 MiB flood limit once base64-encoded (twice, for
@@ -96,7 +96,8 @@ class _Driver:
             parent = os.path.dirname(name)
             if parent:
                 os.makedirs(parent, exist_ok=True)
-            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o755 if executable else 0o644)
+            mode = 0o755 if executable else 0o644
+            fd = os.open(name, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
             try:
                 _write_all(fd, data)
             finally:
@@ -383,23 +384,6 @@ def _write_all(fd, data):
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view):]
-
-
-def _empty(path):
-    try:
-        entries = list(os.scandir(path))
-    except OSError:
-        return
-    for entry in entries:
-        try:
-            if entry.is_dir(follow_symlinks=False):
-                os.chmod(entry.path, 0o700)
-                _empty(entry.path)
-                os.rmdir(entry.path)
-            else:
-                os.unlink(entry.path)
-        except OSError:
-            pass
 
 
 def run_program_job(job, cfg):

@@ -50,7 +50,8 @@ class ToolchainUnavailable(RuntimeError):
     """A job needs a language whose toolchain is not installed; the message says how to."""
 
 
-_INSTALL = "install the toolchains with `bash scripts/setup.sh` (Debian's packages, npm for TypeScript)"
+_INSTALL = ("install the toolchains with `bash scripts/setup.sh` (Debian's packages, npm for "
+            "TypeScript)")
 
 
 def _output(argv: list[str], timeout: float = 20.0) -> str:

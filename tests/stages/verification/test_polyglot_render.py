@@ -29,7 +29,8 @@ CASE = CallCase(([1, -2], {"a": 1}, None, True), [1])
     ("javascript", "Optional[int]", None, "undefined"),
     ("javascript", "dict[int, str]", {-1: "a", 2: "b"}, '{[-1]: "a", 2: "b"}'),
     ("typescript", "float", float("nan"), "NaN"),
-    ("java", "list[int]", [1, 2], "new java.util.ArrayList<Long>(java.util.Arrays.<Long>asList(1L, 2L))"),
+    ("java", "list[int]", [1, 2],
+     "new java.util.ArrayList<Long>(java.util.Arrays.<Long>asList(1L, 2L))"),
     ("java", "Optional[str]", None, "java.util.Optional.<String>empty()"),
     ("java", "dict[str, float]", {},
      "new java.util.HashMap<String, Double>()"),
@@ -38,7 +39,8 @@ CASE = CallCase(([1, -2], {"a": 1}, None, True), [1])
     ("go", "dict[str, int]", {"a": 1}, 'map[string]int{"a": 1}'),
     ("rust", "str", "a\tb", 'String::from("a\\u{9}b")'),
     ("rust", "Optional[list[int]]", [1], "Some(vec![1])"),
-    ("rust", "dict[str, int]", {"k": 2}, 'std::collections::HashMap::from([(String::from("k"), 2)])'),
+    ("rust", "dict[str, int]", {"k": 2},
+     'std::collections::HashMap::from([(String::from("k"), 2)])'),
     ("rust", "tuple[int, float]", [1, 2], "(1, 2.0)"),
 ])
 def test_literals(language, text, value, expected):

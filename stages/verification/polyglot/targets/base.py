@@ -18,8 +18,9 @@ call.
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from arenaforge.pipeline.sandbox.languages.jobs import (
     CALL_RAISED,
@@ -44,11 +45,13 @@ from arenaforge.stages.verification.polyglot.types import (
     dict_key,
 )
 
-__all__ = ["BOOL", "CALLS_FD", "CALL_RAISED", "CALL_START", "CALL_VALUE", "DICT", "FLOAT",
-           "INT", "LIST", "OPTIONAL", "STR", "TUPLE", "Target", "c_string", "check_int64",
-           "dict_key", "json_string"]
+__all__ = ["BOOL", "CALLS_FD", "CALL_RAISED", "CALL_START", "CALL_VALUE", "C_INT_MIN",
+           "C_INT_SUFFIX", "DICT", "FLOAT", "INT", "LIST", "OPTIONAL", "STR", "TUPLE", "Target",
+           "c_string", "check_int64", "dict_key", "float_parts", "json_string"]
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+# C and C++ write 64-bit integer literals alike (the literal 9223372036854775808 overflows)
+C_INT_SUFFIX, C_INT_MIN = "LL", "(-9223372036854775807LL - 1)"
 
 
 def json_string(text: str) -> str:
@@ -84,10 +87,25 @@ def float_parts(value: float) -> str:
 
 
 class Target:
-    """A language target; subclasses implement the four methods and ``unsupported``."""
+    """A language target.
+
+    A subclass names its types (``scalar_names`` and the ``containers`` templates, or its own
+    ``type_name``), the words of its scalar literals (``bools``, ``nan``, ``inf``, how a 64-bit
+    integer is written), and implements ``literal`` for its containers, ``declaration``,
+    ``harness`` and, where the language lacks a type, ``unsupported``.
+    """
 
     language = ""
     display = ""
+    scalar_names: ClassVar[dict[str, str]] = {}
+    # kind -> template: {0}, {1} the element types, {items} all of them, {items1} with a
+    # trailing comma when there is one (a 1-tuple)
+    containers: ClassVar[dict[str, str]] = {}
+    bools = ("true", "false")
+    nan = inf = ""
+    int64 = True  # the language's integers are 64-bit: a larger value is UnsupportedType
+    int_suffix = ""
+    int_min = ""  # how -2**63 is written, where its literal would overflow
 
     def unsupported(self, t: Type) -> str | None:
         """Why this language cannot take type ``t`` (None: it can)."""
@@ -102,10 +120,42 @@ class Target:
             self.check_type(arg, where)
 
     def type_name(self, t: Type) -> str:
-        raise NotImplementedError
+        """The language's name of type ``t``."""
+        if t.kind in self.scalar_names:
+            return self.scalar_names[t.kind]
+        args = [self.type_name(a) for a in t.args]
+        items = ", ".join(args)
+        return self.containers[t.kind].format(*args, items=items,
+                                              items1=items + ("," if len(args) == 1 else ""))
 
     def literal(self, value: Any, t: Type) -> str:
-        raise NotImplementedError
+        """``value`` as a literal of type ``t`` (containers: the subclass)."""
+        return self.scalar(value, t)
+
+    def string(self, text: str) -> str:
+        """A string literal."""
+        return json_string(text)
+
+    def scalar(self, value: Any, t: Type) -> str:
+        """A bool, int, float or str literal."""
+        if t.kind == BOOL:
+            return self.bools[0] if value else self.bools[1]
+        if t.kind == INT:
+            if self.int64:
+                check_int64(value, "a value", self.display)
+                if value == INT64_MIN and self.int_min:
+                    return self.int_min
+            return f"{value}{self.int_suffix}"
+        if t.kind == FLOAT:
+            value = float(value)
+            if math.isnan(value):
+                return self.nan
+            if math.isinf(value):
+                return self.inf if value > 0 else "-" + self.inf
+            return float_parts(value)
+        if t.kind == STR:
+            return self.string(value)
+        raise UnsupportedType(f"{self.display}: no literal for type {t}")
 
     def declaration(self, sig: Signature) -> str:
         """The function's declaration in this language (what a prompt shows)."""

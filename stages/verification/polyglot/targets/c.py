@@ -6,13 +6,14 @@ optionals, tuples, nested lists and returned lists are ``UnsupportedType``."""
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from arenaforge.stages.verification.polyglot.cases import CallCase
 from arenaforge.stages.verification.polyglot.targets.base import (
     BOOL,
+    C_INT_MIN,
+    C_INT_SUFFIX,
     CALL_RAISED,
     CALL_START,
     CALL_VALUE,
@@ -23,8 +24,6 @@ from arenaforge.stages.verification.polyglot.targets.base import (
     STR,
     Target,
     c_string,
-    check_int64,
-    float_parts,
 )
 from arenaforge.stages.verification.polyglot.types import Signature, Type
 
@@ -94,32 +93,19 @@ class CTarget(Target):
         return UnsupportedType(f"the return of {sig.name}: C cannot return a list (a pointer "
                                "without its length); use another language for this task")
 
-    def type_name(self, t: Type) -> str:
-        if t.kind == INT:
-            return "long long"
-        if t.kind == FLOAT:
-            return "double"
-        if t.kind == BOOL:
-            return "bool"
-        if t.kind == STR:
-            return "const char*"
-        return f"const {self.type_name(t.args[0])}*"
+    scalar_names: ClassVar[dict[str, str]] = {
+        INT: "long long", FLOAT: "double", BOOL: "bool", STR: "const char*"}
+    containers: ClassVar[dict[str, str]] = {
+        LIST: "const {0}*"}
+    nan, inf = "NAN", "INFINITY"
+    int_suffix, int_min = C_INT_SUFFIX, C_INT_MIN
+
+    def string(self, text: str) -> str:
+        return c_string(text)
 
     def literal(self, value: Any, t: Type) -> str:
-        if t.kind == BOOL:
-            return "true" if value else "false"
-        if t.kind == INT:
-            check_int64(value, "a value", "C")
-            return "(-9223372036854775807LL - 1)" if value == -(1 << 63) else f"{value}LL"
-        if t.kind == FLOAT:
-            value = float(value)
-            if math.isnan(value):
-                return "NAN"
-            if math.isinf(value):
-                return "INFINITY" if value > 0 else "-INFINITY"
-            return float_parts(value)
-        if t.kind == STR:
-            return c_string(value)
+        if t.kind != LIST:
+            return self.scalar(value, t)
         elem = t.args[0]
         if not value:
             return "NULL, 0"

@@ -7,13 +7,14 @@ written as JSON by its own C++ type (integers, floating point, bool, strings, co
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from arenaforge.stages.verification.polyglot.cases import CallCase
 from arenaforge.stages.verification.polyglot.targets.base import (
     BOOL,
+    C_INT_MIN,
+    C_INT_SUFFIX,
     CALL_RAISED,
     CALL_START,
     CALL_VALUE,
@@ -27,9 +28,7 @@ from arenaforge.stages.verification.polyglot.targets.base import (
     TUPLE,
     Target,
     c_string,
-    check_int64,
     dict_key,
-    float_parts,
 )
 from arenaforge.stages.verification.polyglot.types import Signature, Type
 
@@ -128,41 +127,23 @@ int main(int argc, char** argv) {
 
 class CppTarget(Target):
     language, display = "cpp", "C++"
+    scalar_names: ClassVar[dict[str, str]] = {
+        INT: "long long", FLOAT: "double", BOOL: "bool", STR: "std::string"}
+    containers: ClassVar[dict[str, str]] = {
+        LIST: "std::vector<{0}>", DICT: "std::map<{0}, {1}>",
+        OPTIONAL: "std::optional<{0}>", TUPLE: "std::tuple<{items}>"}
+    nan = "std::numeric_limits<double>::quiet_NaN()"
+    inf = "std::numeric_limits<double>::infinity()"
+    int_suffix, int_min = C_INT_SUFFIX, C_INT_MIN
 
-    def type_name(self, t: Type) -> str:
-        if t.kind == INT:
-            return "long long"
-        if t.kind == FLOAT:
-            return "double"
-        if t.kind == BOOL:
-            return "bool"
-        if t.kind == STR:
-            return "std::string"
-        if t.kind == LIST:
-            return f"std::vector<{self.type_name(t.args[0])}>"
-        if t.kind == DICT:
-            return f"std::map<{self.type_name(t.args[0])}, {self.type_name(t.args[1])}>"
-        if t.kind == OPTIONAL:
-            return f"std::optional<{self.type_name(t.args[0])}>"
-        return f"std::tuple<{', '.join(self.type_name(a) for a in t.args)}>"
+    def string(self, text: str) -> str:
+        return f"std::string({c_string(text)}, {len(text.encode())})"
 
     def literal(self, value: Any, t: Type) -> str:
         if t.kind == OPTIONAL:
             return "std::nullopt" if value is None else self.literal(value, t.args[0])
-        if t.kind == BOOL:
-            return "true" if value else "false"
-        if t.kind == INT:
-            check_int64(value, "a value", "C++")
-            return "(-9223372036854775807LL - 1)" if value == -(1 << 63) else f"{value}LL"
-        if t.kind == FLOAT:
-            value = float(value)
-            if math.isnan(value):
-                return "std::numeric_limits<double>::quiet_NaN()"
-            if math.isinf(value):
-                return ("" if value > 0 else "-") + "std::numeric_limits<double>::infinity()"
-            return float_parts(value)
-        if t.kind == STR:
-            return f"std::string({c_string(value)}, {len(value.encode())})"
+        if t.kind in self.scalar_names:
+            return self.scalar(value, t)
         if t.kind == LIST:
             return "{" + ", ".join(self.literal(v, t.args[0]) for v in value) + "}"
         if t.kind == TUPLE:

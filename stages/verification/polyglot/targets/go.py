@@ -7,10 +7,9 @@ Results are written as JSON by reflection; a panic in a call is caught (``recove
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from arenaforge.stages.verification.polyglot.cases import CallCase
 from arenaforge.stages.verification.polyglot.targets.base import (
@@ -27,10 +26,7 @@ from arenaforge.stages.verification.polyglot.targets.base import (
     STR,
     TUPLE,
     Target,
-    check_int64,
     dict_key,
-    float_parts,
-    json_string,
 )
 from arenaforge.stages.verification.polyglot.types import Signature, Type
 
@@ -136,40 +132,19 @@ class GoTarget(Target):
     def unsupported(self, t: Type) -> str | None:
         return "has no tuple type here (return a slice)" if t.kind == TUPLE else None
 
-    def type_name(self, t: Type) -> str:
-        if t.kind == INT:
-            return "int"
-        if t.kind == FLOAT:
-            return "float64"
-        if t.kind == BOOL:
-            return "bool"
-        if t.kind == STR:
-            return "string"
-        if t.kind == LIST:
-            return "[]" + self.type_name(t.args[0])
-        if t.kind == DICT:
-            return f"map[{self.type_name(t.args[0])}]{self.type_name(t.args[1])}"
-        return "*" + self.type_name(t.args[0])
+    scalar_names: ClassVar[dict[str, str]] = {
+        INT: "int", FLOAT: "float64", BOOL: "bool", STR: "string"}
+    containers: ClassVar[dict[str, str]] = {
+        LIST: "[]{0}", DICT: "map[{0}]{1}", OPTIONAL: "*{0}"}
+    nan, inf = "math.NaN()", "math.Inf(1)"
 
     def literal(self, value: Any, t: Type) -> str:
         if t.kind == OPTIONAL:
             if value is None:
                 return "nil"
             return f"afPtr[{self.type_name(t.args[0])}]({self.literal(value, t.args[0])})"
-        if t.kind == BOOL:
-            return "true" if value else "false"
-        if t.kind == INT:
-            check_int64(value, "a value", "Go")
-            return str(value)
-        if t.kind == FLOAT:
-            value = float(value)
-            if math.isnan(value):
-                return "math.NaN()"
-            if math.isinf(value):
-                return f"math.Inf({1 if value > 0 else -1})"
-            return float_parts(value)
-        if t.kind == STR:
-            return json_string(value)
+        if t.kind in self.scalar_names:
+            return self.scalar(value, t)
         if t.kind == LIST:
             items = ", ".join(self.literal(v, t.args[0]) for v in value)
             return f"{self.type_name(t)}{{{items}}}"

@@ -6,7 +6,6 @@ a solution without a class declaring it is wrapped in ``class Solution``."""
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -26,10 +25,7 @@ from arenaforge.stages.verification.polyglot.targets.base import (
     STR,
     TUPLE,
     Target,
-    check_int64,
     dict_key,
-    float_parts,
-    json_string,
 )
 from arenaforge.stages.verification.polyglot.types import Signature, Type
 
@@ -139,6 +135,7 @@ def find_method(source: str, name: str) -> tuple[str | None, bool]:
 
 class JavaTarget(Target):
     language, display = "java", "Java"
+    nan, inf, int_suffix, int_min = "Double.NaN", "Double.POSITIVE_INFINITY", "L", "Long.MIN_VALUE"
 
     def unsupported(self, t: Type) -> str | None:
         return "has no tuple type here (return a List)" if t.kind == TUPLE else None
@@ -170,20 +167,8 @@ class JavaTarget(Target):
             if value is None:
                 return f"java.util.Optional.<{inner}>empty()"
             return f"java.util.Optional.<{inner}>of({self.literal(value, t.args[0])})"
-        if t.kind == BOOL:
-            return "true" if value else "false"
-        if t.kind == INT:
-            check_int64(value, "a value", "Java")
-            return "Long.MIN_VALUE" if value == -(1 << 63) else f"{value}L"
-        if t.kind == FLOAT:
-            value = float(value)
-            if math.isnan(value):
-                return "Double.NaN"
-            if math.isinf(value):
-                return "Double.POSITIVE_INFINITY" if value > 0 else "Double.NEGATIVE_INFINITY"
-            return float_parts(value)
-        if t.kind == STR:
-            return json_string(value)
+        if t.kind in (BOOL, INT, FLOAT, STR):
+            return self.scalar(value, t)
         if t.kind == LIST:
             elem = self._boxed(t.args[0], True)
             items = ", ".join(self.literal(v, t.args[0]) for v in value)

@@ -5,7 +5,6 @@ against the solution's own signature (what ``tsc`` rejects is a compile error)."
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
 from typing import Any
@@ -71,8 +70,8 @@ _HARNESS = '''
 }})();
 '''
 _IMPORT = re.compile(r"^\s*import\s[^\n]*$", re.MULTILINE)
-_EXPORT = re.compile(r"^(\s*)export\s+(?:default\s+)?(?=(?:async\s+)?function\b|const\b|let\b|var\b|class\b)",
-                     re.MULTILINE)
+_EXPORT = re.compile(r"^(\s*)export\s+(?:default\s+)?"
+                     r"(?=(?:async\s+)?function\b|const\b|let\b|var\b|class\b)", re.MULTILINE)
 
 
 class JavaScriptTarget(Target):
@@ -96,24 +95,15 @@ class JavaScriptTarget(Target):
             return f"{self.type_name(t.args[0])} | undefined"
         return "[" + ", ".join(self.type_name(a) for a in t.args) + "]"  # tuple
 
+    nan, inf, int64 = "NaN", "Infinity", False
+
     def literal(self, value: Any, t: Type) -> str:
         if value is None:
             return "undefined"
         if t.kind == OPTIONAL:
             return self.literal(value, t.args[0])
-        if t.kind == BOOL:
-            return "true" if value else "false"
-        if t.kind == FLOAT:
-            value = float(value)
-            if math.isnan(value):
-                return "NaN"
-            if math.isinf(value):
-                return "Infinity" if value > 0 else "-Infinity"
-            return repr(value)
-        if t.kind == INT:
-            return str(value)
-        if t.kind == STR:
-            return json_string(value)
+        if t.kind in (BOOL, INT, FLOAT, STR):
+            return self.scalar(value, t)
         if t.kind in (LIST, TUPLE):
             types = t.args * len(value) if t.kind == LIST else t.args
             return "[" + ", ".join(self.literal(v, a) for v, a in zip(value, types)) + "]"

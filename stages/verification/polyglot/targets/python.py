@@ -3,20 +3,22 @@
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from arenaforge.stages.verification.polyglot.cases import CallCase
 from arenaforge.stages.verification.polyglot.targets.base import (
+    BOOL,
     CALL_RAISED,
     CALL_START,
     CALL_VALUE,
     CALLS_FD,
     DICT,
     FLOAT,
+    INT,
     LIST,
     OPTIONAL,
+    STR,
     TUPLE,
     Target,
     dict_key,
@@ -56,28 +58,21 @@ for _k in range(_FIRST, len(_CALLS)):
 
 class PythonTarget(Target):
     language, display = "python", "Python"
+    scalar_names: ClassVar[dict[str, str]] = {
+        k: k for k in (INT, FLOAT, BOOL, STR)}
+    containers: ClassVar[dict[str, str]] = {
+        LIST: "List[{0}]", DICT: "Dict[{0}, {1}]", OPTIONAL: "Optional[{0}]",
+        TUPLE: "Tuple[{items}]"}
+    bools, nan, inf, int64 = ("True", "False"), "float('nan')", "float('inf')", False
 
-    def type_name(self, t: Type) -> str:
-        if t.kind == LIST:
-            return f"List[{self.type_name(t.args[0])}]"
-        if t.kind == DICT:
-            return f"Dict[{self.type_name(t.args[0])}, {self.type_name(t.args[1])}]"
-        if t.kind == OPTIONAL:
-            return f"Optional[{self.type_name(t.args[0])}]"
-        if t.kind == TUPLE:
-            return f"Tuple[{', '.join(self.type_name(a) for a in t.args)}]"
-        return t.kind
+    def string(self, text: str) -> str:
+        return repr(text)
 
     def literal(self, value: Any, t: Type) -> str:
         if value is None:
             return "None"
         if t.kind == OPTIONAL:
             return self.literal(value, t.args[0])
-        if t.kind == FLOAT:
-            value = float(value)
-            if math.isnan(value) or math.isinf(value):
-                return f"float({str(value)!r})"
-            return repr(value)
         if t.kind == LIST:
             return "[" + ", ".join(self.literal(v, t.args[0]) for v in value) + "]"
         if t.kind == TUPLE:
@@ -87,7 +82,7 @@ class PythonTarget(Target):
             return "{" + ", ".join(
                 f"{self.literal(dict_key(k, t.args[0]), t.args[0])}: {self.literal(v, t.args[1])}"
                 for k, v in value.items()) + "}"
-        return repr(value)
+        return self.scalar(value, t)
 
     def declaration(self, sig: Signature) -> str:
         params = ", ".join(f"{n}: {self.type_name(t)}" for n, t in sig.params)

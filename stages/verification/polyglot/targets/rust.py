@@ -5,10 +5,9 @@ a trait implemented for the standard types; a panic in a call is caught (``catch
 
 from __future__ import annotations
 
-import math
 import re
 from collections.abc import Sequence
-from typing import Any
+from typing import Any, ClassVar
 
 from arenaforge.stages.verification.polyglot.cases import CallCase
 from arenaforge.stages.verification.polyglot.targets.base import (
@@ -25,9 +24,7 @@ from arenaforge.stages.verification.polyglot.targets.base import (
     STR,
     TUPLE,
     Target,
-    check_int64,
     dict_key,
-    float_parts,
 )
 from arenaforge.stages.verification.polyglot.types import Signature, Type
 
@@ -132,41 +129,22 @@ def rust_string(text: str) -> str:
 class RustTarget(Target):
     language, display = "rust", "Rust"
 
-    def type_name(self, t: Type) -> str:
-        if t.kind == INT:
-            return "i64"
-        if t.kind == FLOAT:
-            return "f64"
-        if t.kind == BOOL:
-            return "bool"
-        if t.kind == STR:
-            return "String"
-        if t.kind == LIST:
-            return f"Vec<{self.type_name(t.args[0])}>"
-        if t.kind == DICT:
-            return f"HashMap<{self.type_name(t.args[0])}, {self.type_name(t.args[1])}>"
-        if t.kind == OPTIONAL:
-            return f"Option<{self.type_name(t.args[0])}>"
-        return "(" + ", ".join(self.type_name(a) for a in t.args) + ("," if len(t.args) == 1
-                                                                      else "") + ")"
+    scalar_names: ClassVar[dict[str, str]] = {
+        INT: "i64", FLOAT: "f64", BOOL: "bool", STR: "String"}
+    containers: ClassVar[dict[str, str]] = {
+        LIST: "Vec<{0}>", DICT: "HashMap<{0}, {1}>", OPTIONAL: "Option<{0}>",
+        TUPLE: "({items1})"}
+    # plain integer literals: the solution's own parameter type (i32, usize...) is inferred
+    nan, inf, int_min = "f64::NAN", "f64::INFINITY", "i64::MIN"
+
+    def string(self, text: str) -> str:
+        return f"String::from({rust_string(text)})"
 
     def literal(self, value: Any, t: Type) -> str:
         if t.kind == OPTIONAL:
             return "None" if value is None else f"Some({self.literal(value, t.args[0])})"
-        if t.kind == BOOL:
-            return "true" if value else "false"
-        if t.kind == INT:
-            check_int64(value, "a value", "Rust")
-            return "i64::MIN" if value == -(1 << 63) else str(value)
-        if t.kind == FLOAT:
-            value = float(value)
-            if math.isnan(value):
-                return "f64::NAN"
-            if math.isinf(value):
-                return "f64::INFINITY" if value > 0 else "f64::NEG_INFINITY"
-            return float_parts(value)
-        if t.kind == STR:
-            return f"String::from({rust_string(value)})"
+        if t.kind in self.scalar_names:
+            return self.scalar(value, t)
         if t.kind == LIST:
             return "vec![" + ", ".join(self.literal(v, t.args[0]) for v in value) + "]"
         if t.kind == TUPLE:
