@@ -71,6 +71,7 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
         ray_address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress display.")] = False) -> None:
     """Run the pipeline; a rerun resumes where the last one stopped."""
+    from arenaforge.pipeline.placement import PlacementError
     from arenaforge.pipeline.runner import (
         ContractChainError,
         ModelUnavailableError,
@@ -98,7 +99,7 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     try:
         result = run_pipeline(cfg, fresh=fresh, show_progress=not quiet)
     except (StoreError, ContractChainError, ModelUnavailableError,
-            InstructionSourceError) as exc:
+            InstructionSourceError, PlacementError) as exc:
         _fail(str(exc))
     except StageFailedError as exc:
         _fail(str(exc), code=1)
@@ -115,13 +116,65 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
 
 
 @config_app.command("validate")
-def config_validate(file: Path, set_: SetOpt = None) -> None:
+def config_validate(file: Path, set_: SetOpt = None,
+                    render: Annotated[bool, typer.Option(
+                        "--render", help="Also render every model's chat template with every "
+                        "conversation its stages send (no weights loaded).")] = False) -> None:
     """Validate a config: fields, model ids, and that each model can serve its stage's
-    protocol (exit 2 naming the field, or the model, stage and protocol, on error)."""
+    protocol (exit 2 naming the field, or the model, stage and protocol, on error); with
+    --render, that each model's chat template renders what its stages send (exit 2 naming the
+    model, stage and template error)."""
     cfg = _load_checked(file, set_)
     for warning in cfg.role_warnings():
         console.print(f"warning: {warning}", highlight=False, markup=False)
+    if render:
+        from arenaforge.pipeline.template_check import render_config
+
+        models, problems = render_config(cfg)
+        for m in models:
+            folded = ", system folded into the first user turn" if m.fold_system else ""
+            shapes = "; ".join(f"{stage}: {len(names)}" for stage, names in m.shapes.items())
+            console.print(f"  {m.model}: template from {m.source}{folded}; rendered {shapes}",
+                          highlight=False, markup=False)
+        if problems:
+            _fail(f"{file}: {len(problems)} conversation(s) do not render:\n"
+                  + "\n".join(f"  {p}" for p in problems))
     console.print(f"{file}: ok (config hash {cfg.config_hash()})")
+
+
+@config_app.command("plan")
+def config_plan(file: Path, set_: SetOpt = None,
+                gpus: Annotated[int, typer.Option(help="GPUs of the cluster.")] = 1,
+                gpu_memory_gb: Annotated[float, typer.Option(
+                    help="Memory of one GPU in GB.")] = 80.0,
+                json_: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False
+                ) -> None:
+    """Place the config's vLLM engines on GPUs: per engine its GPUs, tensor-parallel size,
+    weights and KV cache, then whether each stage's engines fit (exit 2 naming the stage and
+    the engine when they cannot)."""
+    import json
+
+    from arenaforge.pipeline.placement import plan_run
+
+    cfg = _load(file, set_)
+    plan = plan_run(cfg, gpus, gpu_memory_gb)
+    if json_:
+        typer.echo(json.dumps(plan.to_dict(), indent=2))
+    else:
+        out = stdout_console()
+        for e in plan.engines:
+            out.print(f"{e.model}: gpus {e.gpus:g} (tensor_parallel_size "
+                      f"{e.tensor_parallel_size}, {e.replicas} replica(s)), weights "
+                      f"{e.weights_gib:.2f} GiB, kv_cache {e.kv_cache_gib:.2f} GiB "
+                      f"({e.concurrency} x {e.context_length} tokens), "
+                      f"{e.memory_per_gpu_gib:.2f} GiB per GPU, gpu_memory_utilization "
+                      f"{e.gpu_memory_utilization:g}", highlight=False, markup=False)
+        for s in plan.stages:
+            out.print(f"stage {s.stage}: {', '.join(s.engines) or '-'}: {s.gpus:g} GPU(s), "
+                      f"{'fits' if s.fits else 'does not fit'}", highlight=False, markup=False)
+        out.print(f"fits: {str(plan.fits).lower()}", highlight=False)
+    if not plan.fits:
+        _fail(f"{file}: {plan.first_problem()}")
 
 
 @config_app.command("show")
@@ -223,11 +276,15 @@ def audit(table: Path, out: Annotated[Path, typer.Option(help="Output directory.
 
 
 @app.command()
-def train(config: Path, set_: SetOpt = None) -> None:
-    """Supervised fine-tuning with TRL on emitted datasets (configs/sft-tiny.yaml)."""
+def train(config: Path, set_: SetOpt = None,
+          dataset: Annotated[list[str] | None, typer.Option(
+              "--dataset", help="A run directory or emitted dataset to train on (repeatable; "
+              "replaces the config's datasets).")] = None) -> None:
+    """Supervised fine-tuning with TRL on emitted datasets (configs/sft-tiny.yaml;
+    configs/sft-base.yaml: a base coder on a run's dataset)."""
     from arenaforge.pipeline.apps.training import train_main
 
-    out = train_main(config, list(set_ or []))
+    out = train_main(config, list(set_ or []), list(dataset or []) or None)
     console.print(f"model saved to {out}")
 
 

@@ -64,6 +64,26 @@ class RunnerConfig(_Strict):
     local_cache_dir: Path | None = Field(
         default=None, description="Local caches (embeddings) of a remote run directory; "
         "default: $ARENAFORGE_CACHE or the user cache dir, runs/<name>-<hash>.")
+    gpu_memory_gb: float | None = Field(
+        default=None, gt=0, description="Memory of one GPU of the Ray cluster: vLLM engines "
+        "are then placed by the plan `arenaforge config plan` prints for the cluster's GPUs "
+        "(GPU share, tensor parallel size, gpu_memory_utilization), and a run that cannot fit "
+        "stops before any engine loads; null: as each registry entry's resources say.")
+    task_gpus: dict[str, float] = Field(
+        default_factory=dict, description="GPUs each shard task of a stage asks Ray for, by "
+        "stage name (a task that asks for none sees no GPU): the embedding stages on GPU, "
+        "e.g. {decontaminate: 0.25, compress: 1}.")
+
+    @field_validator("task_gpus")
+    @classmethod
+    def _known_stages(cls, task_gpus: dict[str, float]) -> dict[str, float]:
+        unknown = sorted(set(task_gpus) - set(PIPELINE))
+        if unknown:
+            raise ValueError(f"unknown stage(s) {unknown}; known: {list(PIPELINE)}")
+        bad = {k: v for k, v in task_gpus.items() if not 0 <= v <= 8}
+        if bad:
+            raise ValueError(f"GPUs per task must be in [0, 8], got {bad}")
+        return task_gpus
 
 
 class _RunBase(_Strict):

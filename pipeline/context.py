@@ -63,6 +63,11 @@ class _TimedBackend:
     def chat(self, *args: Any, **kwargs: Any) -> Any:
         return self._timed("chat", *args, **kwargs)
 
+    def traits(self) -> Any:
+        from arenaforge.pipeline.backends.capabilities import traits_of
+
+        return traits_of(self._inner)
+
     def next_token_logprobs(self, *args: Any, **kwargs: Any) -> Any:
         if not hasattr(self._inner, "next_token_logprobs"):
             raise LogprobUnsupportedError(f"model {self._inner.model_id!r}: this backend gives "
@@ -264,6 +269,25 @@ class RunContext:
 
     def advance(self, rows: int) -> None:
         self.progress_rows += rows
+
+
+def release_backends(keep: set[str]) -> list[str]:
+    """Close this process's cached backends of models not in ``keep`` (an inline run's engines
+    between stages; Ray's engine clients stay, their pools are released by the directory).
+
+    Returns:
+        The model ids closed.
+    """
+    closed = []
+    with _LOCK:
+        for key in [k for k in _BACKENDS if k[0] != "remote" and k[0] not in keep]:
+            backend = _BACKENDS.pop(key)
+            try:
+                backend.close()
+            except Exception as exc:  # noqa: BLE001 - released anyway; a later stage reloads
+                logging.getLogger(__name__).debug("closing %r failed: %s", backend, exc)
+            closed.append(key[0])
+    return sorted(set(closed))
 
 
 def close_process_resources() -> None:

@@ -1,11 +1,14 @@
-"""One engine pool per model, alive for the whole run, placed by the registry's resources.
+"""One engine pool per model, started by the first stage that uses it, placed by resources.
 
 On Ray, a model that a stage asks for (``ctx.backend(model_id)``) is loaded into
-``resources.replicas`` engine actors the first time any stage asks for it, and the same actors
-serve every later stage that uses the model (mine, difficulty, answer, tests and repair all use
-the experts). A shard task sends its requests to the least busy replica of the model it names, so
-an actor only ever loads the one model it serves, and a model is loaded once per replica per
-run, not once per stage and worker.
+``resources.replicas`` engine actors the first time a stage asks for it, and the same actors
+serve the following stages that use the model. After each stage the runner releases the pools
+that hold a GPU and that the next model stage does not use
+(``arenaforge.pipeline.engine_lifetimes``), so the GPU engines loaded at any moment are those
+of one stage: a run's peak GPU memory is its largest stage's, not the sum of every model's
+(five experts and two judges never hold GPUs together). CPU engines stay for the run. A released model that a later
+stage uses again is loaded again then. A shard task sends its requests to the least busy replica
+of the model it names, so an actor only ever loads the one model it serves.
 
 Placement follows ``ray.data.llm``: a replica with ``tensor_parallel_size`` 1 is one actor that
 asks Ray for ``num_gpus`` (Ray then sets ``CUDA_VISIBLE_DEVICES`` for it); a tensor-parallel
@@ -13,11 +16,16 @@ replica gets a placement group of ``tensor_parallel_size`` ``{"GPU": 1}`` bundle
 the actor runs inside it with ``placement_group_capture_child_tasks`` so vLLM's Ray workers land
 on those GPUs. Replicas spread over the nodes.
 
+With a placement plan (``arenaforge.pipeline.placement``, ``runner.gpu_memory_gb``), a vLLM
+engine's GPUs, tensor-parallel size and ``gpu_memory_utilization`` come from the plan, so Ray
+packs the engines exactly as ``arenaforge config plan`` printed them.
+
 Served models (``backend: openai``) run no engine actor: the shard tasks talk to the servers.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import threading
@@ -79,6 +87,7 @@ class EngineActor:
     def __init__(self, spec_json: str, threads: int, cache_dir: str | None,
                  cache_store: str = "sqlite"):
         from arenaforge.pipeline.backends import create_backend
+        from arenaforge.pipeline.backends.capabilities import traits_of
         from arenaforge.pipeline.models.registry import ModelSpec
 
         spec = ModelSpec.model_validate_json(spec_json)
@@ -90,12 +99,16 @@ class EngineActor:
         self.backend = create_backend(spec, n_threads=threads,
                                       cache_dir=cache_dir,  # a path or a run-dir URI
                                       cache_store=cache_store, **options)
+        traits = traits_of(self.backend)
         self.info = {"model_id": spec.id, "pid": os.getpid(), "node_id": _node_id(),
                      "load_seconds": time.perf_counter() - start, "gpu_ids": _gpu_ids(),
+                     "started_at": time.time(), "traits": dataclasses.asdict(traits),
                      "methods": sorted(m for m in ("complete", "chat", "next_token_logprobs",
                                                    "chat_template", "apply_chat_template",
                                                    "tokenize")
-                                       if callable(getattr(self.backend, m, None)))}
+                                       if callable(getattr(self.backend, m, None))
+                                       and (m != "next_token_logprobs"
+                                            or traits.next_token_logprobs))}
         log.info("engine %s loaded in pid %d (%.1f s)", spec.id, os.getpid(),
                  self.info["load_seconds"])
 
@@ -144,9 +157,13 @@ class EngineDirectory:
     """
 
     def __init__(self, registry_file: str | None, default_replicas: int, default_threads: int,
-                 max_retries: int, cache_dir: str | None, cache_store: str = "sqlite"):
+                 max_retries: int, cache_dir: str | None, cache_store: str = "sqlite",
+                 placements: dict[str, dict[str, Any]] | None = None):
         self.registry_file = registry_file
         self.cache_store = cache_store
+        # model id -> what the placement plan gives its engine (placed_spec's ``placement``)
+        self.placements = dict(placements or {})
+        self._released: list[dict[str, Any]] = []  # replicas of released pools, with end times
         self.default_replicas, self.default_threads = default_replicas, default_threads
         self.max_retries, self.cache_dir = max_retries, cache_dir
         self._lock = threading.Lock()
@@ -154,7 +171,7 @@ class EngineDirectory:
         self._pools: dict[str, list[Any]] = {}
         self._busy: dict[str, list[int]] = {}
         self._info: dict[str, list[dict]] = {}
-        self._groups: list[Any] = []
+        self._groups: dict[str, list[Any]] = {}
 
     def _pool(self, model_id: str) -> list[Any]:
         with self._lock:
@@ -167,13 +184,16 @@ class EngineDirectory:
     def _start(self, model_id: str) -> None:
         import ray
         from arenaforge.pipeline.models import load_registry
+        from arenaforge.pipeline.placement import placed_spec
 
         if self.registry_file is None:
             raise KeyError(f"model {model_id!r}: this run has no model registry")
-        spec = load_registry(Path(self.registry_file))[model_id]
+        spec = placed_spec(load_registry(Path(self.registry_file))[model_id],
+                           self.placements.get(model_id))
         res = replica_resources(spec, self.default_replicas, self.default_threads)
         actor_cls = ray.remote(EngineActor)
         handles = []
+        groups = []
         for _ in range(res["replicas"]):
             group = None
             if res["bundles"]:
@@ -181,14 +201,21 @@ class EngineDirectory:
 
                 group = placement_group(res["bundles"], strategy="PACK")
                 ray.get(group.ready())
-                self._groups.append(group)
+                groups.append(group)
             opts = actor_options(res, self.max_retries, group)
             handles.append(actor_cls.options(**opts).remote(
                 spec.model_dump_json(), res["threads"], self.cache_dir, self.cache_store))
         # load every replica before the first request goes out (errors surface here, once)
         self._info[model_id] = ray.get([h.describe.remote() for h in handles])
         self._pools[model_id] = handles
+        self._groups[model_id] = groups
         self._busy[model_id] = [0] * len(handles)
+
+    def traits(self, model_id: str) -> dict[str, Any]:
+        """What ``model_id``'s engine reported about itself (starts its pool if needed)."""
+        self._pool(model_id)
+        with self._lock:
+            return dict(self._info[model_id][0]["traits"])
 
     def acquire(self, model_id: str, prefer: int | None = None) -> tuple[int, Any, dict]:
         """The least busy replica of ``model_id`` (index, handle, what it serves); ``prefer``,
@@ -207,27 +234,58 @@ class EngineDirectory:
 
     def release(self, model_id: str, index: int) -> None:
         with self._lock:
-            self._busy[model_id][index] -= 1
+            busy = self._busy.get(model_id)  # None: the pool was stopped since
+            if busy is not None and index < len(busy):
+                busy[index] = max(0, busy[index] - 1)
 
     def loaded(self) -> dict[str, list[dict[str, Any]]]:
-        """Per model, what each replica reported when it loaded (pid, GPUs, load time)."""
+        """Per model, every replica loaded in this run: what it reported when it loaded (pid,
+        GPUs, load time, ``started_at``) and, once released, ``released_at``."""
         with self._lock:
-            return {m: list(v) for m, v in self._info.items()}
+            out: dict[str, list[dict[str, Any]]] = {}
+            for info in self._released:
+                out.setdefault(info["model_id"], []).append(dict(info))
+            for model_id, infos in self._info.items():
+                out.setdefault(model_id, []).extend(dict(i) for i in infos)
+            return out
 
-    def shutdown(self) -> None:
+    def release_except(self, keep: list[str]) -> list[str]:
+        """Stop the pools of every loaded model not in ``keep`` (their GPUs go back to Ray);
+        returns the models released. Called between stages, when no call is in flight."""
+        with self._lock:
+            gone = sorted(m for m in self._pools if m not in set(keep))
+        for model_id in gone:
+            lock = self._model_locks[model_id]
+            with lock:  # not while the pool is starting for a late caller
+                self._stop(model_id)
+        return gone
+
+    def _stop(self, model_id: str) -> None:
         import ray
 
         with self._lock:
-            handles = [h for pool in self._pools.values() for h in pool]
-            self._pools.clear()
+            handles = self._pools.pop(model_id, [])
+            infos = self._info.pop(model_id, [])
+            groups = self._groups.pop(model_id, [])
+            self._busy.pop(model_id, None)
         for h in handles:
             try:
                 ray.get(h.close.remote(), timeout=30)
-            except Exception as exc:  # noqa: BLE001 - the run is over; kill it regardless
+            except Exception as exc:  # noqa: BLE001 - it is being stopped; kill it regardless
                 log.debug("engine close failed: %s", exc)
             ray.kill(h)
-        for group in self._groups:
+        for group in groups:
             ray.util.remove_placement_group(group)
+        ended = time.time()
+        with self._lock:
+            self._released.extend({**info, "released_at": ended} for info in infos)
+        log.info("engines of %s released", model_id)
+
+    def shutdown(self) -> None:
+        with self._lock:
+            models = list(self._pools)
+        for model_id in models:
+            self._stop(model_id)
 
 
 class RemoteBackend:
@@ -237,6 +295,7 @@ class RemoteBackend:
         self._directory, self.model_id = directory, model_id
         self._cache = {"hits": 0, "misses": 0}
         self._last: int | None = None  # the replica of the last call (see acquire's prefer)
+        self._traits = None  # EngineTraits, asked of the directory once
 
     def _call(self, method: str, *args: Any, **kwargs: Any) -> Any:
         import ray
@@ -276,6 +335,24 @@ class RemoteBackend:
     def cache_stats(self) -> dict[str, int]:
         return dict(self._cache)
 
+    def traits(self) -> Any:
+        """The engine's :class:`~arenaforge.pipeline.backends.capabilities.EngineTraits`, as
+        its actor reported them (the same a stage in process reads off the engine itself)."""
+        if self._traits is None:
+            import ray
+            from arenaforge.pipeline.backends.capabilities import EngineTraits
+
+            self._traits = EngineTraits(**ray.get(self._directory.traits.remote(self.model_id)))
+        return self._traits
+
+    @property
+    def prefers_batches(self) -> bool:
+        return self.traits().prefers_batches
+
+    @property
+    def context_length(self) -> int | None:
+        return self.traits().context_length
+
     def complete(self, *args: Any, **kwargs: Any) -> Any:
         return self._call("complete", *args, **kwargs)
 
@@ -299,7 +376,8 @@ class RemoteBackend:
 
 
 def start_directory(registry_file: Path | None, default_replicas: int, default_threads: int,
-                    max_retries: int, cache_dir: Path | None, cache_store: str = "sqlite") -> Any:
+                    max_retries: int, cache_dir: Path | None, cache_store: str = "sqlite",
+                    placements: dict[str, dict[str, Any]] | None = None) -> Any:
     """Start the run's engine directory actor (no resources held; it loads nothing until a
     stage asks for a model). It lives on the driver's node: the engines it owns share its
     fate, and the run ends with the driver anyway, so a worker node that dies takes only its
@@ -312,4 +390,4 @@ def start_directory(registry_file: Path | None, default_replicas: int, default_t
                                               scheduling_strategy=here)
     return cls.remote(str(registry_file) if registry_file else None, default_replicas,
                       default_threads, max_retries, str(cache_dir) if cache_dir else None,
-                      cache_store)
+                      cache_store, placements)

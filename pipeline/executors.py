@@ -2,8 +2,10 @@
 
 Both executors take the same jobs and yield each shard's marker as it completes, so the runner
 (and the stages) cannot tell them apart. On Ray every shard is a task (one CPU, retried when its
-worker dies); the models a model stage calls live in engine pools, one per model for the whole
-run (``arenaforge.pipeline.engines``), which restart and retry their calls when their process dies.
+worker dies; ``runner.task_gpus`` gives a stage's tasks GPUs too, for the embedding stages); the
+models a model stage calls live in engine pools, one per model, started by the first stage that
+uses it and released when the next model stage does not (``arenaforge.pipeline.engines``), which
+restart and retry their calls when their process dies.
 """
 
 from __future__ import annotations
@@ -39,6 +41,12 @@ class InlineExecutor:
     def engines(self, ctx: Any) -> None:
         return None  # models load in this process (arenaforge.pipeline.context caches them)
 
+    def release_engines(self, keep: set[str]) -> list[str]:
+        """Close the models this process loaded that the next model stage does not use."""
+        from arenaforge.pipeline.context import release_backends
+
+        return release_backends(keep)
+
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
         for index, table, input_hash in jobs:
@@ -69,7 +77,8 @@ class RayExecutor:
 
     def __init__(self, address: str | None = None, num_cpus: int | None = None,
                  max_retries: int = 3, model_workers: int | None = None,
-                 threads_per_worker: int | None = None):
+                 threads_per_worker: int | None = None,
+                 task_gpus: dict[str, float] | None = None, gpu_memory_gb: float | None = None):
         import ray
 
         self.ray = ray
@@ -93,6 +102,9 @@ class RayExecutor:
         self.threads_per_model_worker = threads_per_worker or max(
             1, min(node_cpus, self.cpus // self.model_workers))
         self._directory = None
+        self.task_gpus = dict(task_gpus or {})  # stage name -> GPUs of each of its tasks
+        self.gpu_memory_gb = gpu_memory_gb  # set: place engines by the placement plan
+        self.plan: Any = None  # the RunPlan the engines were placed by
 
     def parallelism(self, spec: StageSpec) -> int:
         """Shards of ``spec`` that run at once (the runner plans shard counts as multiples)."""
@@ -103,15 +115,34 @@ class RayExecutor:
         return self.threads_per_model_worker if spec.uses_models else 1
 
     def engines(self, ctx: Any) -> Any:
-        """The run's engine directory (started on the first model stage, kept to the end)."""
+        """The run's engine directory (started on the first model stage, kept to the end).
+
+        With ``runner.gpu_memory_gb`` the run's placement plan is made first, for this
+        cluster's GPUs, and the engines are placed by it; a run that cannot fit stops here,
+        before any engine loads (``PlacementError`` names the stage and the engine).
+        """
         if self._directory is None:
             from arenaforge.pipeline.engines import start_directory
 
+            placements = None
+            if self.gpu_memory_gb is not None:
+                from arenaforge.pipeline.placement import plan_run
+
+                gpus = int(self.ray.cluster_resources().get("GPU", 0))
+                self.plan = plan_run(ctx.config, gpus, self.gpu_memory_gb).require_fit()
+                placements = self.plan.ray_placements()
             self._directory = start_directory(
                 getattr(ctx.config, "models_file", None), self.model_workers,
                 self.threads_per_model_worker,
-                self.max_retries, ctx.request_cache_dir(), ctx.request_cache_store())
+                self.max_retries, ctx.request_cache_dir(), ctx.request_cache_store(),
+                placements)
         return self._directory
+
+    def release_engines(self, keep: set[str]) -> list[str]:
+        """Stop the engine pools the next model stage does not use (their GPUs go back)."""
+        if self._directory is None:
+            return []
+        return self.ray.get(self._directory.release_except.remote(sorted(keep)))
 
     def loaded_models(self) -> dict[str, list[dict[str, Any]]]:
         """Per model, the replicas loaded so far (pid, GPU ids, load seconds)."""
@@ -147,7 +178,8 @@ class RayExecutor:
         # shard queued per worker, which Ray hands to the worker that frees first without
         # waiting for this loop (that wait was 8-38 ms a shard at 50k instructions).
         depth = self.parallelism(spec) * (1 if self.calls_engines(spec, cfg, ctx) else 2)
-        task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries)
+        task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries,
+                                             num_gpus=self.task_gpus.get(spec.name, 0))
         # the stage's arguments go to the object store once, not with every shard
         spec_ref, cfg_ref, ctx_ref = ray.put(spec), ray.put(cfg), ray.put(ctx)
         queue = list(jobs)
@@ -185,4 +217,5 @@ def make_executor(runner_cfg: Any) -> InlineExecutor | RayExecutor:
         return InlineExecutor(runner_cfg.threads_per_worker)
     return RayExecutor(address=runner_cfg.ray_address, num_cpus=runner_cfg.num_cpus,
                        max_retries=runner_cfg.max_retries, model_workers=runner_cfg.model_workers,
-                       threads_per_worker=runner_cfg.threads_per_worker)
+                       threads_per_worker=runner_cfg.threads_per_worker,
+                       task_gpus=runner_cfg.task_gpus, gpu_memory_gb=runner_cfg.gpu_memory_gb)

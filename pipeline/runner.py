@@ -296,12 +296,19 @@ def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunConte
                store: RunStore, executor: Any, shard_size: int,
                show_progress: bool = True) -> Funnel:
     """Run stages in order; returns the funnel."""
+    from arenaforge.pipeline.engine_lifetimes import holds_gpu, models_to_keep, stage_model_sets
+
     check_chain(specs, store.completed(), store)
     funnel = Funnel()
+    # engines live from the first stage that uses them to the last of a run of such stages
+    registry = ctx.registry() if any(s.uses_models for s in specs) else {}
+    used = stage_model_sets(specs, stage_cfgs, set(registry), getattr(ctx.config, "experts", ()))
+    on_cpu = {m for m, spec in registry.items() if not holds_gpu(spec)}  # never released
     with Progress(enabled=show_progress) as progress:
-        for spec in specs:
+        for i, spec in enumerate(specs):
             funnel = funnel.plus(run_stage(spec, stage_cfgs[spec.name], ctx, store, executor,
                                            shard_size, progress))
+            executor.release_engines(models_to_keep(used, i) | on_cpu)
     _write_run_summary(store, funnel)
     return funnel
 

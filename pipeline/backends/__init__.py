@@ -148,5 +148,10 @@ def create_backend(spec: ModelSpec, *, n_threads: int | None = None,
         raise ValueError(f"model {spec.id!r} uses backend {spec.backend!r}, which does not "
                          "generate text; load it with arenaforge.pipeline.backends.embeddings.create_embedder")
     if cache_dir is not None:
-        return CachedBackend(backend, cache_dir, weights_fingerprint(spec), store=cache_store)
+        backend = CachedBackend(backend, cache_dir, weights_fingerprint(spec), store=cache_store)
+    if spec.fold_system:
+        # outside the cache: its keys hold the conversations the model was really sent
+        from arenaforge.pipeline.backends.role_folding import SystemFolded
+
+        backend = SystemFolded(backend)
     return backend

@@ -87,6 +87,39 @@ def capabilities_of(spec: ModelSpec) -> Capabilities:
 
 
 @dataclasses.dataclass(frozen=True)
+class EngineTraits:
+    """What a loaded backend tells the stages that call it, wherever it runs.
+
+    A stage reads these off the backend ``ctx.backend`` hands it: in this process that is the
+    engine itself behind the request cache, on Ray a ``RemoteBackend`` that reports what its
+    engine actor reported when it loaded, so both give the same answers.
+
+    Attributes:
+        prefers_batches: the engine serves a whole batch at once and caches prompt prefixes
+            itself (vLLM, servers): a stage sends its readings as one call, not one by one.
+        next_token_logprobs: it reads next-token probabilities (the logprob protocols).
+        context_length: tokens of prompt and reply it holds (``None``: not known).
+    """
+
+    prefers_batches: bool
+    next_token_logprobs: bool
+    context_length: int | None = None
+
+
+def traits_of(backend: Any) -> EngineTraits:
+    """The :class:`EngineTraits` of a backend; a wrapper (request cache, timer, remote client)
+    answers for the engine it wraps through its own ``traits()``."""
+    own = getattr(type(backend), "traits", None)
+    if callable(own):
+        return backend.traits()
+    length = getattr(backend, "context_length", None)
+    return EngineTraits(prefers_batches=bool(getattr(backend, "prefers_batches", False)),
+                        next_token_logprobs=callable(getattr(backend, "next_token_logprobs",
+                                                             None)),
+                        context_length=int(length) if length is not None else None)
+
+
+@dataclasses.dataclass(frozen=True)
 class CapabilityNeed:
     """One model that one stage's protocol will ask for one capability.
 

@@ -4,8 +4,8 @@ Why not ``tokenizer.apply_chat_template`` or llama-cpp-python's ``Jinja2ChatForm
 template may come from a GGUF file, a ``tokenizer_config.json``, a server or the registry, and
 the backends that need it must not import transformers or load a llama.cpp library just to
 render text. This mirrors the HF environment (sandboxed, ``trim_blocks``/``lstrip_blocks``,
-``loopcontrols``, ``raise_exception``, ``strftime_now``, ``tojson`` without ASCII escaping) so
-one renderer gives the same prompt for every backend.
+``loopcontrols``, ``{% generation %}`` blocks, ``raise_exception``, ``strftime_now``,
+``tojson`` without ASCII escaping) so one renderer gives the same prompt for every backend.
 """
 
 from __future__ import annotations
@@ -31,13 +31,29 @@ def _tojson(value, indent=None, ensure_ascii=False, sort_keys=False) -> str:
     return json.dumps(value, indent=indent, ensure_ascii=ensure_ascii, sort_keys=sort_keys)
 
 
+def _generation_tags():
+    """Jinja extension for ``{% generation %}...{% endgeneration %}``, which marks the
+    assistant's tokens for TRL's ``assistant_only_loss`` (transformers' ``AssistantTracker``);
+    rendering text, the block is its body."""
+    from jinja2.ext import Extension
+
+    class GenerationTags(Extension):
+        tags = frozenset({"generation"})
+
+        def parse(self, parser):
+            next(parser.stream)
+            return parser.parse_statements(("name:endgeneration",), drop_needle=True)
+
+    return GenerationTags
+
+
 @functools.lru_cache(maxsize=32)
 def _compile(template: str):
     from jinja2.ext import loopcontrols
     from jinja2.sandbox import ImmutableSandboxedEnvironment
 
     env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
-                                        extensions=[loopcontrols])
+                                        extensions=[loopcontrols, _generation_tags()])
     env.filters["tojson"] = _tojson
     env.globals["raise_exception"] = _raise_exception
     env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)

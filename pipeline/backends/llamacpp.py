@@ -136,6 +136,7 @@ class LlamaCppBackend(RenderedChat):
             raise ValueError(f"LlamaCppBackend.batch_size must be >= 1, got {batch_size}")
         self.batch_size = batch_size
         self.batch_prefix_reuse = batch_prefix_reuse
+        self.context_length = n_ctx
         self._batcher = None  # llamacpp_batch.BatchedDecoder, made on first use
         llama_kwargs.setdefault("verbose", False)
         self.extra_buffers = not build_has_amx() if extra_buffers is None else extra_buffers

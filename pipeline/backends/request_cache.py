@@ -196,6 +196,12 @@ class CachedBackend:
     def tokenize(self, text: str) -> list[int]:
         return self.inner.tokenize(text)
 
+    def traits(self):
+        """The wrapped engine's :class:`~arenaforge.pipeline.backends.capabilities.EngineTraits`."""
+        from arenaforge.pipeline.backends.capabilities import traits_of
+
+        return traits_of(self.inner)
+
     def close(self) -> None:
         self.inner.close()
         self._cache.close()

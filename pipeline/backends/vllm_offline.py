@@ -114,6 +114,7 @@ class VllmBackend(RenderedChat):
         self.model_id = model_id
         self._stop = tuple(stop)
         self.logprobs_top_k = logprobs_top_k
+        self.context_length = n_ctx
         self.llm = vllm.LLM(model=model, max_model_len=n_ctx, seed=seed, **engine_kwargs)
         self.tokenizer = self.llm.get_tokenizer()
         self._template = chat_template or getattr(self.tokenizer, "chat_template", None)

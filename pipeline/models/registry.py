@@ -70,6 +70,14 @@ class ModelSpec(BaseModel):
         chat_template_source: where the template comes from: ``weights`` (GGUF metadata or
             ``tokenizer_config.json``: of ``path``, or for a served model of ``tokenizer``),
             ``registry`` (``chat_template``), ``server`` (llama.cpp's ``/props``), ``none``.
+        fold_system: the chat template refuses a system message (Gemma's raises "System role
+            not supported"): every backend moves system text into the first user turn, as the
+            model's documentation says (``arenaforge.pipeline.backends.role_folding``).
+        config_dir: a directory holding the model's Hugging Face ``config.json`` and
+            ``tokenizer_config.json`` (no weights), relative to the registry file: where
+            ``arenaforge config validate --render`` reads the chat template and ``arenaforge
+            config plan`` the model's shape when the weights (``path``) are not on this
+            machine; the files of ``path`` win when they are.
         stop: extra stop strings for chat (end-of-turn markers the engine might not stop on).
         n_ctx: context length to allocate.
         options: backend-specific keyword options (e.g. ``timeout_s`` for ``openai``).
@@ -96,6 +104,8 @@ class ModelSpec(BaseModel):
     replica_urls: tuple[str, ...] = ()
     chat_template: str | None = None
     chat_template_source: Literal["weights", "registry", "server", "none"] = "weights"
+    fold_system: bool = False
+    config_dir: str | None = None
     stop: tuple[str, ...] = ()
     n_ctx: int = Field(default=4096, ge=64)
     options: dict[str, Any] = Field(default_factory=dict)
@@ -175,6 +185,10 @@ def load_registry(path: str | Path) -> dict[str, ModelSpec]:
     for i, spec in enumerate(parsed.models):
         if spec.id in registry:
             raise ValueError(f"{path}: models.{i}.id: duplicate model id {spec.id!r}")
+        if spec.config_dir is not None and not Path(spec.config_dir).is_absolute():
+            # relative to the registry file, like a run config's models_file
+            spec = spec.model_copy(update={"config_dir": str((path.parent / spec.config_dir)
+                                                             .resolve())})
         registry[spec.id] = spec
     return registry
 

@@ -36,7 +36,11 @@ class TrainConfig(_Strict):
             (embedded GGUF weights are dequantised once and cached).
         models_file: the registry used to look up model ids.
         datasets: emitted datasets: dataset folders (``.../dataset`` holding
-            ``train-*.parquet``), run directories, Parquet files or globs. All are concatenated.
+            ``train-*.parquet``), run directories, Parquet files or globs. All are concatenated;
+            ``arenaforge train --dataset RUN`` gives them on the command line instead.
+        chat_template: a Jinja chat template file set on the tokenizer before training (a base
+            model has none; an instruct model's own is replaced); saved with the model, so
+            ``arenaforge eval`` and the backends render prompts the way it was trained.
         output_dir: where checkpoints and the final model go.
         only_verified: train only on rows whose answer passed its tests.
         eval_on_test_split: evaluate on the datasets' ``test-*.parquet`` files.
@@ -45,7 +49,8 @@ class TrainConfig(_Strict):
 
     model: str
     models_file: Path = Path("configs/models.yaml")
-    datasets: list[str] = Field(min_length=1)
+    datasets: list[str] = Field(default_factory=list)
+    chat_template: Path | None = None
     output_dir: Path
     only_verified: bool = False
     eval_on_test_split: bool = False
@@ -80,3 +85,21 @@ def load_train_config(path: str | Path, overrides: list[str] | None = None) -> T
     from arenaforge.pipeline.config import load_yaml_model
 
     return load_yaml_model(path, TrainConfig, list(overrides or []), what="train config")
+
+
+def with_datasets(cfg: TrainConfig, datasets: list[str] | None, source: str) -> TrainConfig:
+    """``cfg`` training on ``datasets`` when given (the command line's ``--dataset``).
+
+    Raises:
+        ConfigError: no dataset at all, or a chat template file that does not exist.
+    """
+    from arenaforge.pipeline.config import ConfigError
+
+    if datasets:
+        cfg = cfg.model_copy(update={"datasets": list(datasets)})
+    if not cfg.datasets:
+        raise ConfigError(f"{source}: datasets: none given; name a run's emitted dataset with "
+                          "--dataset RUN_DIR (or datasets: [...] in the config)")
+    if cfg.chat_template is not None and not Path(cfg.chat_template).is_file():
+        raise ConfigError(f"{source}: chat_template: {cfg.chat_template} is not a file")
+    return cfg

@@ -14,7 +14,11 @@ from typing import Any
 
 import yaml
 from arenaforge.pipeline.apps.training.base_model import ensure_chat_template, resolve_model_dir
-from arenaforge.pipeline.apps.training.config import TrainConfig, load_train_config
+from arenaforge.pipeline.apps.training.config import (
+    TrainConfig,
+    load_train_config,
+    with_datasets,
+)
 from arenaforge.pipeline.layout import DATASET
 
 log = logging.getLogger(__name__)
@@ -103,6 +107,8 @@ def train(cfg: TrainConfig) -> Path:
     from transformers import AutoModelForCausalLM, AutoTokenizer
     from trl import SFTTrainer
 
+    if not cfg.datasets:
+        raise ValueError("train config: datasets is empty (arenaforge train --dataset RUN_DIR)")
     model_dir = resolve_model_dir(cfg.model, models_file=cfg.models_file)
     train_ds = load_sft_dataset(cfg.datasets, "train", cfg.only_verified)
     if len(train_ds) == 0:
@@ -112,7 +118,9 @@ def train(cfg: TrainConfig) -> Path:
                if cfg.eval_on_test_split else None)
 
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
-    if ensure_chat_template(tokenizer):
+    if cfg.chat_template is not None:  # the recipe's template (a base model has none)
+        tokenizer.chat_template = Path(cfg.chat_template).read_text(encoding="utf-8")
+    elif ensure_chat_template(tokenizer):
         log.info("%s has no chat template; using ChatML", model_dir)
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
@@ -148,10 +156,13 @@ def train(cfg: TrainConfig) -> Path:
     return out
 
 
-def train_main(config_path: Path, overrides: list[str]) -> Path:
-    """``arenaforge train CONFIG [--set k=v ...]``: load the config and train.
+def train_main(config_path: Path, overrides: list[str],
+               datasets: list[str] | None = None) -> Path:
+    """``arenaforge train CONFIG [--dataset RUN ...] [--set k=v ...]``: load the config and
+    train (``datasets``, when given, replace the config's).
 
     Returns:
         The directory holding the fine-tuned model.
     """
-    return train(load_train_config(config_path, overrides))
+    cfg = load_train_config(config_path, overrides)
+    return train(with_datasets(cfg, datasets, str(config_path)))
