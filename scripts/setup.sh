@@ -39,9 +39,10 @@ if (( ${#missing[@]} )); then
 fi
 
 if (( languages )); then
-  # TypeScript's compiler and Node's type declarations, from npm (Debian packages neither).
-  for pkg in typescript @types/node; do
-    [[ -e "$(npm root -g)/$pkg/package.json" ]] || $SUDO npm install -g --silent "$pkg"
+  # TypeScript's compiler (7: the native one, its flags as the sandbox passes them) and Node's
+  # type declarations, from npm (Debian packages neither).
+  for spec in typescript=typescript@7 @types/node=@types/node; do
+    [[ -e "$(npm root -g)/${spec%%=*}/package.json" ]] || $SUDO npm install -g --silent "${spec#*=}"
   done
 fi
 

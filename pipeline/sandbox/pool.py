@@ -83,6 +83,7 @@ class SandboxPool:
             raise errors[0]
         self._closed = False
         self._programs = None  # a languages.execute.ProgramRunner, made by run_programs
+        self._programs_lock = threading.Lock()
 
     @classmethod
     def from_config(cls, cfg: SandboxConfig) -> SandboxPool:
@@ -208,8 +209,9 @@ class SandboxPool:
             raise RuntimeError("the sandbox pool is closed")
         for lang in {resolve_language(job.language) for job in jobs}:
             require(lang)
-        if self._programs is None:
-            self._programs = ProgramRunner(self.cfg)
+        with self._programs_lock:  # one runner, one compile cache, whichever thread is first
+            if self._programs is None:
+                self._programs = ProgramRunner(self.cfg)
         out: queue.Queue = queue.Queue()
         for i, job in enumerate(jobs):
             self._queue.put((i, job, kind, out))
