@@ -7,7 +7,9 @@ and the harness that calls the solution once per test case. Where MultiPL-E's ha
 writes each call's result as JSON on its own pipe (``CALLS_FD``, the line protocol of
 ``arenaforge.pipeline.sandbox.languages.jobs``), and the host compares (``compare``). So a
 solution cannot pass by printing, exiting early or overriding equality; it has to return the
-value.
+value. Lines count only with the nonce the sandbox gives each process; a solution written to
+attack this harness could read it from its arguments and write lines of its own, but not the
+expected values, which never enter the sandbox.
 
 The harness runs calls ``first..n-1`` (its last two arguments are the nonce and ``first``);
 an exception in a call is reported (``x``) and the next call runs; a call that crashes the

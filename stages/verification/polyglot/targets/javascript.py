@@ -1,7 +1,9 @@
 """JavaScript and TypeScript (Node.js): one file, the solution wrapped in a function that gets a
 ``module`` of its own, so a ``require.main === module`` block does not run; ``None`` is
-``undefined`` (as in MultiPL-E), dicts are plain objects. TypeScript type-checks the calls
-against the solution's own signature (what ``tsc`` rejects is a compile error)."""
+``undefined`` (as in MultiPL-E), dicts are plain objects. Numbers are doubles: an integer
+beyond 2**53 is not exact (a test that needs one is for another language). TypeScript
+type-checks the calls against the solution's own signature (what ``tsc`` rejects is a compile
+error)."""
 
 from __future__ import annotations
 
