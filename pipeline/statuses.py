@@ -40,3 +40,14 @@ ANSWER_STATUSES = (PASSED, *FAILED_STATUSES, NO_TESTS, NO_ENTRY_POINT, CONTRADIC
                    ANSWERS_DISAGREE)
 # An execution's status as an answer's: the output cap is an error of the program.
 ANSWER_STATUS_OF = {**{s: s for s in (PASSED, *FAILED_STATUSES)}, OUTPUT_LIMIT: ERROR}
+
+# The status of one run of a program in any language (``arenaforge.pipeline.sandbox.languages``:
+# the same words for every language; ``timeout``, ``memory`` and ``output_limit`` as above).
+OK = "ok"  # the run finished: exit 0 (a whole program), or the call returned a value
+COMPILE_ERROR = "compile_error"  # the program did not compile (or, interpreted, parse)
+RUNTIME_ERROR = "runtime_error"  # non-zero exit, a crash, or the call raised
+KILLED = "killed"  # ended by a signal no limit explains (or the sandbox failed: sandbox_fault)
+RUN_STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT, KILLED)
+# A test case a run answered (``ok``) with another value or output than expected
+# (``stages/verification/polyglot``).
+WRONG_ANSWER = "wrong_answer"

@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import dataclasses
 
-from arenaforge.pipeline.sandbox.result import MEMORY, OUTPUT_LIMIT, TIMEOUT
-
-# The status of one run, the same for every language.
-OK = "ok"  # the run finished: exit 0 (stdin), or the call returned a value (calls)
-COMPILE_ERROR = "compile_error"  # the program did not compile (or, interpreted, parse)
-RUNTIME_ERROR = "runtime_error"  # non-zero exit, a crash, or the call raised
-KILLED = "killed"  # ended by a signal no limit explains (or the sandbox failed: sandbox_fault)
-RUN_STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT, KILLED)
+from arenaforge.pipeline.statuses import (  # noqa: F401  (the languages' public vocabulary)
+    COMPILE_ERROR,
+    KILLED,
+    OK,
+    RUN_STATUSES,
+    RUNTIME_ERROR,
+)
 
 # Lines a function task's harness writes on its calls pipe (see ``inside/programs.py``):
 # ``<nonce> s <k>`` when call k starts, ``<nonce> r <k> <json>`` with its value,

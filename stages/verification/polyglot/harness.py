@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from arenaforge.pipeline.sandbox.languages.jobs import OK, ProgramJob, ProgramResult
+from arenaforge.pipeline.statuses import WRONG_ANSWER
 from arenaforge.stages.verification.polyglot.cases import CallCase, IOCase
 from arenaforge.stages.verification.polyglot.compare import (
     ValueParseError,
@@ -33,8 +34,6 @@ from arenaforge.stages.verification.polyglot.types import (
     infer_type,
     parse_signature,
 )
-
-WRONG_ANSWER = "wrong_answer"  # ran to the end (``ok``), but not the expected value or output
 
 
 @dataclasses.dataclass(frozen=True)
