@@ -20,7 +20,10 @@ Rules, in order (``weigh``):
 
 1. **The example is a hard test.** A written test that expects another value for the example's
    call is dropped (``contradicts_example``), and so is every other test of its author
-   (``author_contradicts_example``): that author misread the task.
+   (``author_contradicts_example``): that author misread the task. So are the tests of an author
+   whose own answer fails the example while passing every test the author wrote: its tests
+   encode the misreading its answer shows. (An author whose answer fails its own tests keeps
+   them: they may be right where its code is not.)
 2. **A majority is evidence only among independent, consistent answers.** Answers are
    independent when they are different programs (``program_key``: the same code up to
    formatting, comments, docstrings and a ``__main__`` demo is one program, whichever models
@@ -185,6 +188,7 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
     discredited = {row["author"] for row in written if example is not None
                    and row["call"] == example.call and row["expected"] is not None
                    and not reprs_agree(row["expected"], example.expected)}
+    discredited |= _consistent_misreaders(written, candidates)
     for row in written:
         if row["author"] in discredited:
             _drop(row, CONTRADICTS_EXAMPLE if row["call"] == getattr(example, "call", None)
@@ -207,6 +211,20 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
     for row in (*written, *augmented):
         row["consensus"] = passing
     return verdict
+
+
+def _consistent_misreaders(written: Sequence[dict], candidates: Sequence[Candidate]) -> set[str]:
+    """Rule 1: authors whose own answer fails the instruction's example while passing every test
+    the author wrote: the tests encode the same misreading as the answer. (An author whose
+    answer fails its own tests is not one: its tests may be right where its code is not.)"""
+    out = set()
+    for c in candidates:
+        if c.example is not False:
+            continue
+        own = [t for t, r in enumerate(written) if r["author"] == c.model]
+        if own and all(c.written[t] for t in own):
+            out.add(c.model)
+    return out
 
 
 def _evidence(row: dict, live: Sequence[dict], models: set[str]) -> str:

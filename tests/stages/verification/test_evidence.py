@@ -200,3 +200,15 @@ def test_consistent_answers_that_disagree_on_an_input_decide_nothing():
     # the same disagreement between answers that fail a test is no dispute: they are wrong
     answers = [cand("a", [True], inputs=["7"]), cand("b", [False], inputs=["8"])]
     assert weigh(rows, [aug("f(3)")], answers, None).status == DECIDED
+
+
+def test_an_author_whose_answer_misreads_the_example_as_its_tests_do_loses_them():
+    rows = [written("b", "f(4)", "29"), written("a", "f(3)", "14")]
+    answers = [cand("a", [False, True], example=True), cand("b", [True, False], example=False)]
+    assert weigh(rows, [], answers, Example("f(2)", "5")).status == DECIDED
+    assert [r["reason"] for r in rows] == [AUTHOR_CONTRADICTS_EXAMPLE, None]
+    # b's answer fails the example and its own test: its test may be right; it stays
+    rows = [written("b", "f(4)", "30"), written("a", "f(3)", "14")]
+    answers = [cand("a", [True, True], example=True), cand("b", [False, False], example=False)]
+    weigh(rows, [], answers, Example("f(2)", "5"))
+    assert [r["reason"] for r in rows] == [None, None]
