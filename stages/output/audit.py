@@ -46,6 +46,7 @@ audit``) writes metrics.json and report.html for a Parquet, CSV or JSON-lines fi
            without_tests: {rows, admitted}, settings: {grid, calibration_fraction, seed}}
     winners: {instructions, executable, passed, pass_rate, all_answers_pass_rate}  (stage only)
     refine_at_k: [{k, passed, n, rate, ci_low, ci_high}], k = 0..R  (stage, with repair)
+    repair: {k: repaired, n: attempted, rate, ci_low, ci_high}  (stage, with repair)
     circular_trusted_tests, trusted_tests, circular_by_author: {author: n},
     alpha_decisive_share, decided_by: {local|global|tie: n}
         (stage; arenaforge.stages.output.audit_evidence)

@@ -33,7 +33,8 @@ from arenaforge.stages.output.audit_stats import cohen_kappa, jsonable
 from arenaforge.stages.verification.probe_gate import PASS as PROBE_PASS
 from arenaforge.stages.verification.probe_gate import PROGRAM_FAIL, PROGRAM_PASS
 
-REFINE_COLUMNS = ("instruction_id", "model", "selected", "status", "repaired", "repair_rounds")
+REFINE_COLUMNS = ("instruction_id", "model", "selected", "status", "repaired", "repair_rounds",
+                  "verified", "tests_total")
 GATE_COLUMNS = ("probe_gate", "program_gate")
 _ROUND_KEY = re.compile(r"^(?:refine\.passed_within|repaired_within)\.(\d+)$")
 
@@ -63,7 +64,10 @@ def refine_at_k(rows: pd.DataFrame, rounds: int) -> list[dict]:
 
     Returns:
         ``[{k, passed, n, rate, ci_low, ci_high}]``; ``n`` is the same for every k (selected
-        answers whose instruction had trusted tests: status other than ``no_tests``).
+        answers whose instruction had trusted tests that decide: ``tests_total`` above 0, or,
+        for rows from before that column, a status other than ``no_tests``). An answer counts
+        as passed when verify (or repair) verified it (``verified``; before that column:
+        status ``passed``).
     """
     missing = [c for c in ("selected", "status", "repaired", "repair_rounds")
                if c not in rows.columns]
@@ -71,10 +75,14 @@ def refine_at_k(rows: pd.DataFrame, rounds: int) -> list[dict]:
         raise ValueError(f"refine_at_k: repair rows lack column(s) {missing}")
     selected = rows["selected"].fillna(False).astype(bool).to_numpy()
     status = rows["status"].to_numpy(dtype=object)
-    tested = selected & (status != NO_TESTS) & pd.notna(status)
+    if "tests_total" in rows.columns:
+        tested = selected & (pd.to_numeric(rows["tests_total"]).fillna(0).to_numpy() > 0)
+    else:
+        tested = selected & (status != NO_TESTS) & pd.notna(status)
     repaired = rows["repaired"].fillna(False).astype(bool).to_numpy()
     used = pd.to_numeric(rows["repair_rounds"]).fillna(0).to_numpy()
-    passed = status == PASSED
+    passed = (rows["verified"].fillna(False).astype(bool).to_numpy()
+              if "verified" in rows.columns else status == PASSED)
     original = passed & ~repaired
     out = []
     for k in range(rounds + 1):
@@ -83,6 +91,14 @@ def refine_at_k(rows: pd.DataFrame, rounds: int) -> list[dict]:
         out.append({"k": k, "passed": stat["k"], "n": stat["n"], "rate": stat["rate"],
                     "ci_low": stat["ci_low"], "ci_high": stat["ci_high"]})
     return out
+
+
+def repair_outcome(rows: pd.DataFrame) -> dict:
+    """Repaired over attempted (an answer went back to its author at least once), with its
+    exact interval: ``{k, n, rate, ci_low, ci_high}``."""
+    attempted = pd.to_numeric(rows["repair_rounds"]).fillna(0).to_numpy() > 0
+    repaired = rows["repaired"].fillna(False).astype(bool).to_numpy()
+    return proportion(int((repaired & attempted).sum()), int(attempted.sum()))
 
 
 def gate_agreement(rows: pd.DataFrame) -> dict:
@@ -138,6 +154,7 @@ def verification_metrics(verify: pd.DataFrame, repair: pd.DataFrame | None,
     out: dict = {}
     if repair is not None:
         out["refine_at_k"] = refine_at_k(repair, repair_rounds_limit(repair_stats, repair))
+        out["repair"] = repair_outcome(repair)
     if all(c in verify.columns for c in GATE_COLUMNS):
         out["gates"] = gate_agreement(verify)
     return jsonable(out)

@@ -13,6 +13,10 @@ PROVENANCE = ("repaired", "repair_rounds", "replaced_judge_pick", "judge_pick", 
               "miner", "template", "judges", "tests_visible_passed", "tests_hidden_passed",
               "tests_augmented_passed", "tests_visible", "tests_hidden", "tests_augmented",
               "probe_gate", "program_gate")
+# the provenance a user filters on, and the figures of the audit's evidence section
+FILTERS = ("gate_admitted", "test_authors", "judge_verdicts", "local_share", "margin",
+           "kcenter_rank", "admission")
+NO_USABLE_CODE = ("no_code", "no_entry_point", "import_error", "signature_mismatch")
 
 
 @pytest.mark.slow
@@ -47,6 +51,9 @@ def test_smoke_config_runs_every_stage_and_emits_a_loadable_dataset(tmp_path):
         (repair[f"refine.passed_within.{k}"], repair["refine.tested"]) for k in (0, 1)]
     assert metrics["gates"]["rows"] == stats["verify"]["rows_out"]
     assert set(metrics["gate"]["splits"]) == {"calibration", "held_out"}
+    # the judge writes no test: no trusted test is one of its own verdicts' twin
+    assert metrics["circular_trusted_tests"] == 0 and metrics["trusted_tests"] > 0
+    assert 0 <= metrics["alpha_decisive_share"] <= 1
 
     from datasets import load_dataset
     from trl.data_utils import is_conversational
@@ -59,12 +66,17 @@ def test_smoke_config_runs_every_stage_and_emits_a_loadable_dataset(tmp_path):
     card = (run_dir / "dataset" / "README.md").read_text()
     assert "does not carry over" in card
     # issue #22's provenance columns, exactly these names, in the loaded dataset
-    assert set(PROVENANCE) <= set(ds.column_names)
+    assert set(PROVENANCE) <= set(ds.column_names) and set(FILTERS) <= set(ds.column_names)
     for row in ds:
         assert row["probe_gate"] is not None and row["program_gate"] is not None
+        assert row["probe_gate"] not in NO_USABLE_CODE  # never emitted, whatever the judge said
         assert row["selection_rule"] is not None
         assert not row["verified"] or (row["status"] == "passed"
-                                       and row["program_gate"] == "pass")
+                                       and row["admission"] == "verified"
+                                       and row["probe_gate"] == "pass")
+        assert row["gate_admitted"] == (not row["verified"])
+        assert "qwen2.5-coder-1.5b" not in row["test_authors"]
+        assert {v["order"] for v in row["judge_verdicts"]} == {"ab", "ba"}
         assert row["judges"] == ["qwen2.5-coder-1.5b"]
         assert row["miner"] == "qwen2.5-coder-0.5b"
         assert row["tests_hidden_passed"] <= row["tests_hidden"]

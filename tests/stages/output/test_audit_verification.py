@@ -141,3 +141,20 @@ def test_audit_stage_writes_refine_at_k_and_gates_and_shows_them(tmp_path):
     assert f"rejects <b>{g['probe_rejected']}</b>" in html
     assert f"{metrics['refine_at_k'][2]['passed']} / {metrics['refine_at_k'][2]['n']}" in html
     assert "does not carry over" in html
+
+
+def test_refine_counts_verified_answers_and_repair_is_repaired_over_attempted():
+    import pandas as pd
+    from arenaforge.stages.output.audit_verification import refine_at_k, repair_outcome
+
+    rows = pd.DataFrame({
+        "selected": [True, True, True, True, False],
+        # passed but not verified (answers disagree); repaired; failed; contradictory (0 tests)
+        "status": ["passed", "passed", "failed", "contradictory_tests", "passed"],
+        "verified": [False, True, False, False, True],
+        "tests_total": [3, 3, 3, 0, 3],
+        "repaired": [False, True, False, False, False],
+        "repair_rounds": [0, 1, 1, 0, 0]})
+    assert [(r["passed"], r["n"]) for r in refine_at_k(rows, 1)] == [(0, 3), (1, 3)]
+    out = repair_outcome(rows)
+    assert (out["k"], out["n"]) == (1, 2) and out["ci_low"] < 0.5 < out["ci_high"]
