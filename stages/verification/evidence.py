@@ -80,7 +80,6 @@ EXAMPLE, AUTHORS_AGREE, INDEPENDENT_AUTHOR = "example", "authors_agree", "indepe
 WRITTEN_PASSER, WRITTEN, MAJORITY = "written+passer", "written", "majority"
 STRENGTH = {EXAMPLE: 4, AUTHORS_AGREE: 3, INDEPENDENT_AUTHOR: 2, WRITTEN_PASSER: 2, WRITTEN: 1,
             MAJORITY: 1}
-TRUSTED_BY = tuple(STRENGTH)
 
 # why a test is not trusted (the ``reason`` column); reasons about the test, never "it fails"
 CONTRADICTS_EXAMPLE = "contradicts_example"
@@ -150,8 +149,8 @@ class Example:
 
 @dataclasses.dataclass(frozen=True)
 class Verdict:
-    """The instruction's verdict on its evidence: ``decided`` or ``contradictory_tests`` (with
-    what contradicts what)."""
+    """The instruction's verdict on its evidence: ``decided``, ``contradictory_tests`` or
+    ``answers_disagree``, with what contradicts what (``detail``)."""
 
     status: str
     detail: str | None = None
