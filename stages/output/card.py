@@ -151,8 +151,9 @@ def render_card(info: CardInfo, model_spec: Callable[[str], Any] | None = None) 
              "instruction keeps one selected answer."), "",
              f"- run: `{info.run_id}`, config hash `{info.config_hash}`",
              f"- rows: {total} ({', '.join(f'{s}: {n}' for s, n in info.split_sizes.items())})",
-             (f"- verified (answer passed its tests, hidden and augmented ones included): "
-             f"{info.verified} of {total}"), "", *verification_section(info), "",
+             (f"- verified (the answer passed every trusted test, the instruction's own "
+             f"example included): {info.verified} of {total}"), "", *verification_section(info),
+             "",
              "## Funnel", "", "| stage | rows in | kept | dropped (by reason) |",
              "|---|---:|---:|---|"]
     for step in info.funnel:
@@ -174,10 +175,17 @@ def render_card(info: CardInfo, model_spec: Callable[[str], Any] | None = None) 
               + ", TRL's conversational format. Provenance columns: "
               + ", ".join(f"`{n}`" for n in info.schema.names
                           if n not in ("instruction_id", "messages"))
-              + "; null means not measured. `tests_visible*` are the tests repair may show, "
-              "`tests_hidden*` and `tests_augmented*` (from generated inputs the candidates "
-              "agreed on) the ones it never shows; `probe_gate` and `program_gate` are the two "
-              "gates' verdicts.", "",
+              + "; null means not measured. `tests_visible*` are the tests repair may show "
+              "(the instruction's example among them), `tests_hidden*` and `tests_augmented*` "
+              "(generated inputs on which independent answers agreed) the ones it never shows; "
+              "`probe_gate` and `program_gate` are the two gates' verdicts; `admission` is where "
+              "execution stopped the answer (`verified` when it did not); `gate_admitted` marks "
+              "a row admitted by the judge-score gate without any test; `test_authors` are the "
+              "models whose tests the row's suite trusts; `judge_verdicts` holds every judge "
+              "reading of the instruction's battles, both orders; `local_share` is the answer's "
+              "share of its battles' votes and `margin` its final score minus the runner-up's "
+              "(`rate`); `kcenter_rank` is the instruction's order of selection in `compress`.",
+              "",
               "```python", "from datasets import load_dataset",
               'ds = load_dataset("parquet", data_files={"train": "train-*.parquet"})["train"]',
               "```", ""]
@@ -196,12 +204,18 @@ def verification_section(info: CardInfo) -> list[str]:
     if not info.without_tests:
         untested = "no row lacks tests: every answer here ran against trusted tests."
     lines = ["## Verification and what it covers", "",
-             (f"- `verified` ({info.verified} of {total} rows): the answer passed its program "
-              "gate (the hidden and augmented tests, never shown to the model) and every other "
-              "test it ran."),
+             (f"- `verified` ({info.verified} of {total} rows): the answer passed every test "
+              "its instruction's evidence trusts, the instruction's own worked example included, "
+              "and no other answer that passed them all returned another value on a generated "
+              "input. A test is trusted by what supports it (the example, two authors, an author "
+              "independent of the answers, another model's answer), never dropped because the "
+              "answers fail it; an instruction whose tests contradict each other decides nothing "
+              "and has no verified row. `verified` is not proof: a wrong reading that every "
+              "expert and every test author shares passes."),
              (f"- `repaired` ({info.repaired} rows): the answer failed, was rewritten by its "
-              "author after seeing only the visible tests' failures, and counts as verified "
-              "only on the tests it never saw."),
+              "author after seeing only the visible tests' failures, counts as verified only on "
+              "the tests it never saw too, and is given as its program alone (nothing of the "
+              "repair dialogue)."),
              (f"- `replaced_judge_pick` ({info.replaced_judge_pick} rows): the judges "
               "preferred another answer, which failed its tests."),
              f"- {untested}", ""]
