@@ -55,6 +55,11 @@ log = logging.getLogger(__name__)
 T = TypeVar("T")
 
 
+class TokenizeFailed(BackendError):
+    """The tokenize route kept failing after its retries (one request's fault: the readings
+    that needed it fail, and the next call asks again)."""
+
+
 def request_body(model: str, params: SamplingParams, seed: int | None, *,
                  prompt: str | None = None, messages: Conversation | None = None,
                  stop: list[str] | None = None) -> dict[str, Any]:
@@ -245,7 +250,10 @@ class OpenAIServerBackend:
         with ``logprobs`` (:mod:`arenaforge.pipeline.backends.openai_logprobs`); single-token candidates
         outside the server's top ``logprobs_top_k`` read ``-inf``."""
         candidates = list(candidates)
-        singles = self._single_tokens(candidates)
+        try:
+            singles = self._single_tokens(candidates)
+        except TokenizeFailed as exc:  # that request's fault: these readings fail, not the run
+            return [(None, str(exc))] * len(conversations)
         prompts: dict[int, str] = {}
         out: list[LogprobReading | None] = [None] * len(conversations)
         for i, conversation in enumerate(conversations):
@@ -368,7 +376,7 @@ class OpenAIServerBackend:
 
         Raises:
             NotImplementedError: the server has no tokenize route.
-            BackendError: the route kept failing after its retries.
+            TokenizeFailed: the route kept failing after its retries.
         """
         dialects: list[tuple[str, Callable[[str], dict]]] = [
             ("/tokenize", lambda t: {"model": self.model_name, "prompt": t, "content": t,
@@ -379,8 +387,8 @@ class OpenAIServerBackend:
         for path, make in dialects:
             answer = self._sender.post(path, make(text), api=False)
             if isinstance(answer, str) and answer.startswith(("timeout", "HTTP 429", "HTTP 500")):
-                raise BackendError(f"model {self.model_id!r}: tokenize failed after "
-                                   f"{self.max_retries} retries: {answer}")
+                raise TokenizeFailed(f"model {self.model_id!r}: tokenize failed after "
+                                     f"{self.max_retries} retries: {answer}")
             tokens = answer.get("tokens") if isinstance(answer, dict) else None
             if isinstance(tokens, list):
                 self._tokenize_route = (path, make)

@@ -269,7 +269,7 @@ def test_a_logprob_answer_without_logprobs_is_asked_again(server):
     assert error is None and reading == {"A": -0.1, "B": -2.0}
 
 
-def test_a_failing_tokenize_route_is_retried_and_then_an_error_not_a_missing_route(server):
+def test_a_failing_tokenize_route_is_retried_and_then_fails_its_readings_not_the_run(server):
     # A 500 from /tokenize was taken for "no tokenize route": the process then read every
     # candidate as one token, so one transient error changed every reading after it.
     backend = client(server, chat_template="{{ messages[0].content }}")
@@ -278,8 +278,16 @@ def test_a_failing_tokenize_route_is_retried_and_then_an_error_not_a_missing_rou
     assert backend.tokenize("") == []
     for _ in range(4):
         server.push("/tokenize", 500, "busy")
-    with pytest.raises(BackendError, match="tokenize failed after 3 retries"):
-        backend.tokenize("A")
+    conv = [{"role": "user", "content": "q"}]
+    readings = backend.next_token_logprobs([conv, conv], ["A"])
+    assert [r[0] for r in readings] == [None, None]
+    assert all("tokenize failed after 3 retries" in r[1] for r in readings)
+    # nothing was concluded from it: the next call asks the route again
+    for text in ["", "A"]:
+        server.push("/tokenize", body=json.dumps({"tokens": [1] if text else []}))
+    server.push("/v1/completions", body=logprob_answer({"A": -0.3}))
+    [(reading, error)] = backend.next_token_logprobs([conv], ["A"])
+    assert error is None and reading == {"A": -0.3}
 
 
 def test_single_token_candidates_come_from_the_tokenize_route(server):
