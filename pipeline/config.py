@@ -213,13 +213,37 @@ class RunConfig(_RunBase):
         return self
 
 
-def _format_validation(err: ValidationError, source: str) -> str:
+def _format_validation(err: ValidationError, source: str, text: str | None = None,
+                       overridden: tuple[str, ...] = ()) -> str:
     lines = []
     for e in err.errors():
         loc = ".".join(str(p) for p in e["loc"]) or "<root>"
         msg = "unknown key" if e["type"] == "extra_forbidden" else e["msg"]
-        lines.append(f"{source}: {loc}: {msg}")
+        # a value's line is the file's only where no --set replaced it
+        mine = text is not None and not any(
+            f"{loc}.".startswith(f"{o}.") or f"{o}.".startswith(f"{loc}.") for o in overridden)
+        line = _yaml_line(text, e["loc"]) if mine else None
+        lines.append(f"{source}: {loc}: {msg}" + (f" (line {line})" if line else ""))
     return "\n".join(lines)
+
+
+def _yaml_line(text: str, loc: tuple) -> int | None:
+    """The 1-based line of the YAML value at ``loc`` (keys and list indices), if it is there."""
+    try:
+        node = yaml.compose(text)
+    except yaml.YAMLError:
+        return None
+    for part in loc:
+        if isinstance(node, yaml.MappingNode):
+            node = next((v for k, v in node.value if k.value == str(part)), None)
+        elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) \
+                and part < len(node.value):
+            node = node.value[part]
+        else:
+            return None
+        if node is None:
+            return None
+    return node.start_mark.line + 1 if node is not None else None
 
 
 def parse_override(item: str) -> tuple[list[str], Any]:
@@ -274,7 +298,9 @@ def load_yaml_model(path: str | Path, model: type[BaseModel], overrides: list[st
     try:
         return model.model_validate(data)
     except ValidationError as exc:
-        raise ConfigError(_format_validation(exc, source)) from None
+        overridden = tuple(".".join(parse_override(o)[0]) for o in overrides or ())
+        raise ConfigError(_format_validation(exc, source, path.read_text(encoding="utf-8"),
+                                             overridden)) from None
 
 
 def load_config(path: str | Path, overrides: list[str] | None = None) -> Any:

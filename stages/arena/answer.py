@@ -1,7 +1,10 @@
 """Stage ``answer``: every expert answers every instruction.
 
 Input columns: ``instruction_id, instruction`` (plus whatever earlier stages wrote: ``miner``,
-``language``, ``difficulty``... all carried to the output). Output: one row per
+``language``, ``task_kind``, ``difficulty``... all carried to the output). A Python function
+is asked as it always was (the instruction alone); any other task gets a note of its language
+and kind after the instruction (``answer_task_<kind>.txt``: the function, or a whole program
+reading stdin and writing stdout, in one fenced block of the language). Output: one row per
 ``(instruction_id, model)``, instruction-major in input order, models in config order, with
 
 - ``model``: the expert's registry id;
@@ -22,6 +25,7 @@ from __future__ import annotations
 import pyarrow as pa
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.stages.common.code_extract import extract_code
+from arenaforge.stages.common.task_kinds import table_tasks, with_task_note
 from pydantic import Field
 
 OUTPUTS = ("model", "response", "code", "finish_reason", "prompt_tokens", "completion_tokens",
@@ -67,11 +71,12 @@ def run(table: pa.Table, cfg: AnswerConfig, ctx) -> StageResult:
     table = table.drop_columns(clash) if clash else table
 
     instructions = table.column("instruction").to_pylist()
-    languages = (table.column("language").to_pylist() if "language" in table.column_names
-                 else [None] * table.num_rows)
+    tasks = table_tasks(table)
+    languages = [language for language, _ in tasks]
     params = SamplingParams(n=1, temperature=cfg.temperature, top_p=cfg.top_p,
                             max_tokens=cfg.max_tokens, seed=ctx.seed)
-    conversations = [build_conversation(t, cfg.system_prompt) for t in instructions]
+    conversations = [build_conversation(with_task_note(t, *task, "answer"), cfg.system_prompt)
+                     for t, task in zip(instructions, tasks)]
     replies = {}
     for model in experts:
         replies[model] = ctx.backend(model).chat(conversations, params) if conversations else []
@@ -115,4 +120,5 @@ def run(table: pa.Table, cfg: AnswerConfig, ctx) -> StageResult:
 
 
 STAGE = StageSpec(name="answer", config=AnswerConfig, run=run, source="compress",
-                  uses_models=True, inputs=("instruction_id", "instruction"), outputs=OUTPUTS)
+                  uses_models=True, inputs=("instruction_id", "instruction"),
+                  prompts=("answer_task_*.txt",), outputs=OUTPUTS)

@@ -1,7 +1,8 @@
 """Stage ``judge``: judges compare the experts' answers, pair by pair, in both orders.
 
 Input (source ``answer``): one row per ``(instruction_id, model)`` with ``instruction`` and
-``response``. For each instruction and each pair of models that answered it, every configured
+``response`` (and ``language``, ``task_kind``: a task that is not a Python function is shown
+to the judges with a note of what the answers had to be, ``judge_task_<kind>.txt``). For each instruction and each pair of models that answered it, every configured
 judge that is not one of the two contestants (unless ``allow_self_judge``), at most
 ``max_judges`` of them in config order, judges the pair in both orders.
 
@@ -41,6 +42,7 @@ from arenaforge.stages.arena import judge_logits
 from arenaforge.stages.arena import protocols as jp
 from arenaforge.stages.arena.judge_logits import BACKEND_ERROR
 from arenaforge.stages.arena.protocols import Battle
+from arenaforge.stages.common.task_kinds import row_language, row_task_kind, with_task_note
 from pydantic import Field
 
 log = logging.getLogger(__name__)
@@ -124,7 +126,10 @@ def enumerate_battles(table: pa.Table, cfg: JudgeConfig) -> list[Battle]:
             if cfg.pairs == "with_miner" and first.get("miner") not in (a, b):
                 continue
             ref = first.get(cfg.reference_column) if cfg.reference_column else None
-            battles.append(Battle(iid, first["instruction"], a, b, answers[a]["response"],
+            # a judge reads what the answers had to be (a Python function: the request alone)
+            question = with_task_note(first["instruction"], row_language(first.get("language")),
+                                      row_task_kind(first.get("task_kind")), "judge")
+            battles.append(Battle(iid, question, a, b, answers[a]["response"],
                                   answers[b]["response"], ref))
     return battles
 

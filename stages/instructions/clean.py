@@ -1,8 +1,11 @@
 """Stage ``clean``: normalise mined requests and drop what is not a usable, new request.
 
-Input columns (from ``mine``): ``instruction_id, instruction, miner, language, sample_params,
-template, finish_reason, raw``. Output: the same columns, ``instruction`` normalised and
-``instruction_id`` recomputed from it. Unsharded: dedup needs every row at once.
+Input columns (from ``mine``): ``instruction_id, instruction, miner, language, task_kind,
+sample_params, template, finish_reason, raw``. Output: the same columns, ``instruction``
+normalised and ``instruction_id`` recomputed from it (and the row's language and kind,
+``arenaforge.pipeline.textnorm.instruction_id``). Unsharded: dedup needs every row at once.
+Duplicates are looked for among the tasks of one language and kind: the same request in C++
+and in Java, or as a function and as a program, is two tasks.
 
 Drop reasons, in the order they are checked: ``generation_error``, ``truncated`` (the model hit
 ``max_tokens``: the request is cut), ``empty``, ``non_latin_text``, ``too_short``, ``too_long``,
@@ -19,11 +22,12 @@ import unicodedata
 import pyarrow as pa
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.pipeline.textnorm import instruction_id
+from arenaforge.stages.common.task_kinds import row_language, row_task_kind
 from arenaforge.stages.instructions.dedup import NearDupParams, near_duplicates
 from pydantic import Field
 
-MINE_COLUMNS = ("instruction_id", "instruction", "miner", "language", "sample_params", "template",
-                "finish_reason", "raw")
+MINE_COLUMNS = ("instruction_id", "instruction", "miner", "language", "task_kind",
+                "sample_params", "template", "finish_reason", "raw")
 
 
 class NearDupConfig(StageConfig):
@@ -153,7 +157,8 @@ def run(table: pa.Table, cfg: CleanConfig, ctx) -> StageResult:
     texts = [normalize_instruction(r["instruction"] or "") for r in rows]
     reasons: list[tuple[str, str] | None] = [
         row_problem(t, r.get("finish_reason"), cfg) for t, r in zip(texts, rows)]
-    ids = [instruction_id(t) for t in texts]
+    tasks = [(row_language(r.get("language")), row_task_kind(r.get("task_kind"))) for r in rows]
+    ids = [instruction_id(t, *task) for t, task in zip(texts, tasks)]
 
     first_of: dict[str, int] = {}
     for i, problem in enumerate(reasons):
@@ -164,12 +169,13 @@ def run(table: pa.Table, cfg: CleanConfig, ctx) -> StageResult:
                 first_of[ids[i]] = i
 
     if cfg.near_dup.enabled:
-        alive = [i for i, p in enumerate(reasons) if p is None]
-        dups = near_duplicates([texts[i] for i in alive], cfg.near_dup.params())
-        for i, dup in zip(alive, dups):
-            if dup is not None:
-                kept = alive[dup.duplicate_of]
-                reasons[i] = ("near_duplicate", f"{ids[kept]} jaccard~{dup.jaccard:.2f}")
+        for task in dict.fromkeys(tasks):
+            alive = [i for i, p in enumerate(reasons) if p is None and tasks[i] == task]
+            dups = near_duplicates([texts[i] for i in alive], cfg.near_dup.params())
+            for i, dup in zip(alive, dups):
+                if dup is not None:
+                    kept = alive[dup.duplicate_of]
+                    reasons[i] = ("near_duplicate", f"{ids[kept]} jaccard~{dup.jaccard:.2f}")
 
     out = table.set_column(table.schema.get_field_index("instruction"), "instruction",
                            pa.array(texts, pa.string()))

@@ -1,12 +1,20 @@
 """Stage ``mine``: Magpie-style request mining from each expert's own chat template.
 
-Plan: one row per (miner, language, sample index) with a ``task_id``. Run: for each miner and
-language in the shard, render the pre-query prompt (``arenaforge.stages.instructions.pre_query``: the chat template up to
-an open user turn, after a system prompt that frames a coding assistant for the language) and
+Plan: one row per (miner, language, task kind, sample index) with a ``task_id``. Run: for each
+miner, language and kind in the shard, render the pre-query prompt
+(``arenaforge.stages.instructions.pre_query``: the chat template up to an open user turn, after
+a system prompt that frames a coding assistant for the language: ``system_prompt`` for
+functions, ``program_system_prompt`` for whole programs that read stdin and write stdout) and
 sample raw completions; each completion is a user request.
 
-Output columns: ``instruction_id, instruction, miner, language, sample_params, template,
-finish_reason, raw`` plus ``task_id`` and ``sample_index``. ``sample_params`` is the JSON of the
+``mine.languages`` takes the names people write (``C++``, ``JavaScript``, ``golang``; any
+case) and holds their ids (``arenaforge.pipeline.sandbox.languages``); an unknown one fails
+config loading, naming the file, the line and the value. ``mine.task_kinds`` (``function``,
+``program``) says which kinds each language is mined for. A Python function keeps the task ids
+and seeds that mining a language named ``Python`` always had, so such a run mines what it did.
+
+Output columns: ``instruction_id, instruction, miner, language, task_kind, sample_params,
+template, finish_reason, raw`` plus ``task_id`` and ``sample_index``. ``sample_params`` is the JSON of the
 row's own ``SamplingParams`` (n=1 and that sample's seed), so any row can be replayed alone;
 ``template`` names the pre-query source and shape (``chat_template/empty_assistant``); ``raw`` is
 the completion as returned, ``instruction`` the same text cut at ``request_stop`` and stripped.
@@ -24,7 +32,9 @@ one row per file row, its text included; run makes no model call. Such rows have
 ``instruction_id`` as a mined request of the same text, ``template: file``, a null ``miner``
 and ``finish_reason`` (no model wrote them), ``sample_params`` holding where they came from
 (``{"source": "file", "path", "column", "row"}``), ``sample_index`` the file row and ``raw``
-the text as stored. clean then filters and dedups them like mined rows.
+the text as stored; ``language`` and ``task_kind`` are the file's (its optional columns) or
+the first of ``languages`` and ``task_kinds``. clean then filters and dedups them like mined
+rows.
 """
 
 from __future__ import annotations
@@ -33,14 +43,16 @@ import hashlib
 import itertools
 import json
 from pathlib import Path
-from typing import Literal
+from typing import Annotated, Literal
 
 import pyarrow as pa
+from arenaforge.pipeline.sandbox.languages.catalog import LANGUAGES, resolve_language
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.pipeline.textnorm import instruction_id
 from arenaforge.stages.instructions.pre_query import build_pre_query
 from arenaforge.stages.instructions.sources import InstructionSourceError, load_instructions
-from pydantic import Field, ValidationInfo, field_validator
+from arenaforge.stages.verification.polyglot.cases import FUNCTION, PROGRAM
+from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 
 # Two blank lines: where Qwen2.5-Coder-0.5B, having written the request, starts answering it
@@ -54,6 +66,21 @@ DEFAULT_SYSTEM = (
     "coding problems. The user will ask you a wide range of {language} coding questions. Your "
     "purpose is to assist users in understanding {language} coding concepts, working through "
     "{language} code, and debugging.")
+# The same, for whole programs: competitive-programming style tasks with stdin and stdout.
+DEFAULT_PROGRAM_SYSTEM = (
+    "You are an AI assistant designed to help with {language} programming tasks where the "
+    "answer is one complete {language} program that reads its input from standard input and "
+    "writes its output to standard output. The user will describe such a task: what the "
+    "input holds, what the program must print, and an example of both.")
+
+
+def _language_id(name: str) -> str:
+    """A ``mine.languages`` entry as its id; an unknown name fails at config load, naming the
+    value (and, in a config file, its line)."""
+    try:
+        return resolve_language(name)
+    except ValueError as exc:  # not "Value error, ..." in the message
+        raise PydanticCustomError("unknown_language", str(exc)) from None
 
 
 class MineConfig(StageConfig):
@@ -61,10 +88,20 @@ class MineConfig(StageConfig):
 
     miners: list[str] | None = Field(default=None,
                                      description="Model ids that mine; default: the run's experts.")
-    languages: list[str] = Field(default_factory=lambda: ["Python"], min_length=1)
-    samples_per_language: int = Field(default=8, ge=1, description="Samples per miner and language.")
+    languages: list[Annotated[str, AfterValidator(_language_id)]] = Field(
+        default_factory=lambda: ["python"], min_length=1,
+        description="Languages to mine (names such as C++, JavaScript, golang; held as ids).")
+    task_kinds: list[Literal["function", "program"]] = Field(
+        default_factory=lambda: [FUNCTION], min_length=1,
+        description="function: a named function tested by calls; program: a whole program, "
+                    "stdin in and stdout out. Mined for each language.")
+    samples_per_language: int = Field(
+        default=8, ge=1, description="Samples per miner, language and task kind.")
     system_prompt: str | None = Field(
         default=DEFAULT_SYSTEM, description="System prompt; '{language}' is filled in. null: none.")
+    program_system_prompt: str | None = Field(
+        default=DEFAULT_PROGRAM_SYSTEM,
+        description="System prompt for task kind 'program'; '{language}' is filled in.")
     template: Literal["auto", "bare", "empty_assistant", "open_assistant"] = Field(
         default="auto", description="Pre-query shape; auto: the measured best for the family.")
     temperature: float = Field(default=1.0, ge=0)
@@ -85,24 +122,34 @@ class MineConfig(StageConfig):
                     "of mining (no model call; the sampling fields are unused); relative to "
                     "the cwd, like artifacts_dir, so --set mine.source=PATH works from any config.")
 
-    def system_for(self, language: str) -> str | None:
-        return self.system_prompt.replace("{language}", language) if self.system_prompt else None
+    def system_for(self, language: str, task_kind: str = FUNCTION) -> str | None:
+        """The system prompt of a language (an id) and kind, its display name filled in."""
+        text = self.program_system_prompt if task_kind == PROGRAM else self.system_prompt
+        return text.replace("{language}", LANGUAGES[language].display) if text else None
+
+    @field_validator("languages")
+    @classmethod
+    def _once_each(cls, ids: list[str]) -> list[str]:
+        return list(dict.fromkeys(ids))
 
     @field_validator("source")
     @classmethod
     def _check_source(cls, source: Path | None, info: ValidationInfo) -> Path | None:
         # Read the whole file now: a bad row fails config loading (exit 2), not the run.
-        if source is not None and {"source_column", "languages"} <= set(info.data):
+        if source is not None and {"source_column", "languages", "task_kinds"} <= set(info.data):
             try:
-                load_instructions(source, info.data["source_column"], info.data["languages"][0])
+                load_instructions(source, info.data["source_column"], info.data["languages"][0],
+                                  info.data["task_kinds"][0])
             except InstructionSourceError as exc:  # not "Value error, ..." in the message
                 raise PydanticCustomError("instruction_source", str(exc)) from None
         return source
 
     def source_rows(self):
-        """The checked rows of ``source`` (``arenaforge.stages.instructions.sources.SourceRow``); the
-        language column is optional and defaults to the first of ``languages``."""
-        return load_instructions(self.source, self.source_column, self.languages[0])
+        """The checked rows of ``source`` (``arenaforge.stages.instructions.sources.SourceRow``);
+        the language and task kind columns are optional and default to the first of
+        ``languages`` and ``task_kinds``."""
+        return load_instructions(self.source, self.source_column, self.languages[0],
+                                 self.task_kinds[0])
 
     def models_used(self) -> list[str]:
         """The model ids mining calls: none when reading ``source``, else the miners (a run
@@ -112,28 +159,40 @@ class MineConfig(StageConfig):
         return list(self.miners or ())
 
 
-def _base_seed(run_seed: int, miner: str, language: str) -> int:
-    """Seed of sample 0 of a (miner, language): independent of sharding, so resumes replay."""
-    digest = hashlib.sha256(f"{run_seed}|{miner}|{language}".encode()).digest()
+def _group(language: str, task_kind: str) -> str:
+    """What names a (language, kind) in task ids and seeds: the language's display name, as a
+    language was always written there (``Python``), with ``|program`` for programs."""
+    name = LANGUAGES[language].display
+    return name if task_kind == FUNCTION else f"{name}|{task_kind}"
+
+
+def _base_seed(run_seed: int, miner: str, group: str) -> int:
+    """Seed of sample 0 of a (miner, language, kind): independent of sharding, so resumes
+    replay."""
+    digest = hashlib.sha256(f"{run_seed}|{miner}|{group}".encode()).digest()
     return int.from_bytes(digest[:4], "big") % (2 ** 31 - 2 ** 20)
 
 
 PLAN_SCHEMA = pa.schema([("task_id", pa.string()), ("miner", pa.string()),
-                         ("language", pa.string()), ("sample_index", pa.int64())])
+                         ("language", pa.string()), ("task_kind", pa.string()),
+                         ("sample_index", pa.int64())])
 
 
 def plan(cfg: MineConfig, ctx) -> pa.Table:
-    """One row per (miner, language, sample index), or per row of ``cfg.source``."""
+    """One row per (miner, language, task kind, sample index), or per row of ``cfg.source``."""
     if cfg.source is not None:
         rows = [{"task_id": f"file|{r.row:06d}", "miner": None, "language": r.language,
-                 "sample_index": r.row, "instruction": r.text} for r in cfg.source_rows()]
+                 "task_kind": r.task_kind, "sample_index": r.row, "instruction": r.text}
+                for r in cfg.source_rows()]
         return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA.append(
             pa.field("instruction", pa.string())))
     miners = cfg.models_used()
     if not miners:
         raise ValueError("mine.miners: no miner configured")
-    rows = [{"task_id": f"{m}|{lang}|{i:06d}", "miner": m, "language": lang, "sample_index": i}
-            for m in miners for lang in cfg.languages for i in range(cfg.samples_per_language)]
+    rows = [{"task_id": f"{m}|{_group(lang, kind)}|{i:06d}", "miner": m, "language": lang,
+             "task_kind": kind, "sample_index": i}
+            for m in miners for lang in cfg.languages for kind in cfg.task_kinds
+            for i in range(cfg.samples_per_language)]
     return pa.Table.from_pylist(rows, schema=PLAN_SCHEMA)
 
 
@@ -142,8 +201,8 @@ def file_rows(table: pa.Table, cfg: MineConfig) -> pa.Table:
 
     >>> cfg = MineConfig.model_construct(source=Path("seed.jsonl"), source_column="instruction")
     >>> plan_rows = pa.table({"task_id": ["file|000004"], "miner": pa.array([None], pa.string()),
-    ...                       "language": ["Python"], "sample_index": [4],
-    ...                       "instruction": [" Reverse a string. "]})
+    ...                       "language": ["python"], "task_kind": ["function"],
+    ...                       "sample_index": [4], "instruction": [" Reverse a string. "]})
     >>> row = file_rows(plan_rows, cfg).to_pylist()[0]
     >>> row["instruction"], row["template"], row["miner"], json.loads(row["sample_params"])["row"]
     ('Reverse a string.', 'file', None, 4)
@@ -152,8 +211,9 @@ def file_rows(table: pa.Table, cfg: MineConfig) -> pa.Table:
     out = []
     for r in table.to_pylist():
         text = r["instruction"].strip()
-        out.append({"instruction_id": instruction_id(text), "instruction": text, "miner": None,
-                    "language": r["language"],
+        out.append({"instruction_id": instruction_id(text, r["language"], r["task_kind"]),
+                    "instruction": text, "miner": None, "language": r["language"],
+                    "task_kind": r["task_kind"],
                     "sample_params": json.dumps({**where, "row": r["sample_index"]}),
                     "template": "file", "finish_reason": None, "raw": r["instruction"],
                     "task_id": r["task_id"], "sample_index": r["sample_index"]})
@@ -194,15 +254,19 @@ def run(table: pa.Table, cfg: MineConfig, ctx) -> pa.Table | StageResult:
         return StageResult(table=out, stats={"source_rows": float(out.num_rows)})
     from arenaforge.pipeline.backends.base import SamplingParams
 
-    rows = sorted(table.to_pylist(), key=lambda r: (r["miner"], r["language"], r["sample_index"]))
+    def key(r):
+        return r["miner"], r["language"], r["task_kind"]
+
+    rows = sorted(table.to_pylist(), key=lambda r: (*key(r), r["sample_index"]))
     out: list[dict] = []
-    for (miner, language), group in itertools.groupby(rows, key=lambda r: (r["miner"], r["language"])):
+    for (miner, language, kind), group in itertools.groupby(rows, key=key):
         group = list(group)
         backend = ctx.backend(miner)
         family = getattr(ctx.model_spec(miner), "family", None)
-        pre = build_pre_query(_renderer(backend), family, cfg.template, cfg.system_for(language))
+        pre = build_pre_query(_renderer(backend), family, cfg.template,
+                              cfg.system_for(language, kind))
         stop = tuple(dict.fromkeys((*pre.stop, *cfg.stop)))
-        base = _base_seed(ctx.seed, miner, language)
+        base = _base_seed(ctx.seed, miner, _group(language, kind))
         by_index = {r["sample_index"]: r for r in group}
         for start, count in _runs(sorted(by_index)):
             params = SamplingParams(n=count, temperature=cfg.temperature, top_p=cfg.top_p,
@@ -214,8 +278,9 @@ def run(table: pa.Table, cfg: MineConfig, ctx) -> pa.Table | StageResult:
                 own = SamplingParams(n=1, temperature=params.temperature, top_p=params.top_p,
                                      max_tokens=params.max_tokens, stop=stop,
                                      seed=params.sample_seed(k))
-                out.append({"instruction_id": instruction_id(text), "instruction": text,
-                            "miner": miner, "language": language,
+                out.append({"instruction_id": instruction_id(text, language, kind),
+                            "instruction": text, "miner": miner, "language": language,
+                            "task_kind": kind,
                             "sample_params": own.to_json(), "template": pre.template,
                             "finish_reason": completion.finish_reason, "raw": completion.text,
                             "task_id": row["task_id"], "sample_index": row["sample_index"]})
@@ -225,10 +290,12 @@ def run(table: pa.Table, cfg: MineConfig, ctx) -> pa.Table | StageResult:
 
 MINE_SCHEMA = pa.schema([
     ("instruction_id", pa.string()), ("instruction", pa.string()), ("miner", pa.string()),
-    ("language", pa.string()), ("sample_params", pa.string()), ("template", pa.string()),
+    ("language", pa.string()), ("task_kind", pa.string()), ("sample_params", pa.string()),
+    ("template", pa.string()),
     ("finish_reason", pa.string()), ("raw", pa.string()), ("task_id", pa.string()),
     ("sample_index", pa.int64())])
 
 STAGE = StageSpec(name="mine", config=MineConfig, run=run, plan=plan, shard_key="task_id",
-                  uses_models=True, inputs=("task_id", "miner", "language", "sample_index"),
+                  uses_models=True,
+                  inputs=("task_id", "miner", "language", "task_kind", "sample_index"),
                   outputs=tuple(MINE_SCHEMA.names))

@@ -9,8 +9,11 @@ model is loaded, so a bad file fails at config load with the file, the row and t
 Formats, chosen by the path: ``*.jsonl`` / ``*.ndjson`` (one JSON object per line; blank lines
 are skipped), ``*.parquet``, or a directory written by ``datasets.Dataset.save_to_disk``. Rows
 are numbered from 0 in file order (``ds[row]``, ``table.slice(row, 1)``); JSONL errors also give
-the 1-based line. The instruction column must hold non-empty text in every row. The language
-column is optional: absent, or null in a row, the row gets ``default_language``.
+the 1-based line. The instruction column must hold non-empty text in every row. Two columns
+are optional: ``language`` (an id or a name people write, ``C++``, ``golang``, case-insensitive;
+absent, or null in a row: ``default_language``) and ``task_kind`` (``function`` or ``program``;
+absent or null: ``default_task_kind``). A row's language is stored as its id; an unknown
+language or task kind is an error that names it, with the file, the row and the line.
 """
 
 from __future__ import annotations
@@ -20,9 +23,12 @@ import json
 from pathlib import Path
 from typing import Any
 
+from arenaforge.pipeline.sandbox.languages.catalog import UnknownLanguage, resolve_language
+from arenaforge.stages.verification.polyglot.cases import FUNCTION, resolve_task_kind
+
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
-LANGUAGE_COLUMN = "language"
+LANGUAGE_COLUMN, TASK_KIND_COLUMN = "language", "task_kind"
 # How many bad rows one error lists (the rest are counted).
 SHOWN_PROBLEMS = 3
 
@@ -35,11 +41,13 @@ class InstructionSourceError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class SourceRow:
-    """One instruction of the file: its row number, its text as stored and its language."""
+    """One instruction of the file: its row number, its text as stored, its language id and
+    its task kind."""
 
     row: int
     text: str
     language: str
+    task_kind: str = FUNCTION
 
 
 @dataclasses.dataclass(frozen=True)
@@ -60,16 +68,18 @@ class RawColumns:
 
 
 def load_instructions(path: str | Path, column: str = "instruction",
-                      default_language: str = "Python") -> list[SourceRow]:
+                      default_language: str = "Python",
+                      default_task_kind: str = FUNCTION) -> list[SourceRow]:
     """Read and check the instructions of ``path`` (see the module docstring).
 
     Raises:
         InstructionSourceError: unknown format, unreadable file, missing column, a row whose
-            instruction is missing, null, not text or empty, a non-text language, or no rows.
+            instruction is missing, null, not text or empty, an unknown language or task
+            kind, or no rows.
     """
     path = Path(path)
-    raw = read_columns(path, (column, LANGUAGE_COLUMN))
-    return rows_from_columns(raw, path, column, default_language)
+    raw = read_columns(path, (column, LANGUAGE_COLUMN, TASK_KIND_COLUMN))
+    return rows_from_columns(raw, path, column, default_language, default_task_kind)
 
 
 def read_columns(path: Path, wanted: tuple[str, ...]) -> RawColumns:
@@ -93,13 +103,20 @@ def read_columns(path: Path, wanted: tuple[str, ...]) -> RawColumns:
         f"(Dataset.save_to_disk)")
 
 
-def rows_from_columns(raw: RawColumns, path: Path, column: str,
-                      default_language: str) -> list[SourceRow]:
+def rows_from_columns(raw: RawColumns, path: Path, column: str, default_language: str,
+                      default_task_kind: str = FUNCTION) -> list[SourceRow]:
     """Check every row of ``raw`` and return the instructions (pure; messages name ``path``).
 
     >>> raw = RawColumns(("instruction",), {"instruction": ["Sort a list."]}, 1)
     >>> rows_from_columns(raw, Path("a.parquet"), "instruction", "Python")
-    [SourceRow(row=0, text='Sort a list.', language='Python')]
+    [SourceRow(row=0, text='Sort a list.', language='python', task_kind='function')]
+    >>> raw = RawColumns(("instruction", "language"), {"instruction": ["Sort."],
+    ...                  "language": ["Klingon"]}, 1, (3,))
+    >>> try:
+    ...     rows_from_columns(raw, Path("a.jsonl"), "instruction", "Python")
+    ... except InstructionSourceError as exc:
+    ...     print(str(exc)[:70])
+    a.jsonl: row 0 (line 3): column 'language': unknown language 'Klingon'
     """
     if raw.num_rows == 0:
         raise InstructionSourceError(f"{path}: no rows")
@@ -109,15 +126,20 @@ def rows_from_columns(raw: RawColumns, path: Path, column: str,
             f"set mine.source_column")
     texts = raw.values[column]
     languages = raw.values.get(LANGUAGE_COLUMN, [None] * raw.num_rows)
+    kinds = raw.values.get(TASK_KIND_COLUMN, [None] * raw.num_rows)
     rows, problems = [], []
-    for i, (text, language) in enumerate(zip(texts, languages)):
-        problem = _text_problem(text, column) or _language_problem(language)
+    for i, (text, language, kind) in enumerate(zip(texts, languages, kinds)):
+        problem = (_text_problem(text, column) or _language_problem(language)
+                   or _task_kind_problem(kind))
         if problem:
             problems.append(f"{_where(raw, i)}: {problem}")
             continue
         if language is _MISSING or language is None:
             language = default_language
-        rows.append(SourceRow(row=i, text=text, language=language))
+        if kind is _MISSING or kind is None:
+            kind = default_task_kind
+        rows.append(SourceRow(row=i, text=text, language=resolve_language(language),
+                              task_kind=resolve_task_kind(kind)))
     if problems:
         more = len(problems) - SHOWN_PROBLEMS
         raise InstructionSourceError(
@@ -144,6 +166,20 @@ def _language_problem(value: Any) -> str | None:
     if not isinstance(value, str) or not value.strip():
         kind = type(value).__name__ if not isinstance(value, str) else "empty"
         return f"column {LANGUAGE_COLUMN!r} is not a language name ({kind})"
+    try:
+        resolve_language(value)
+    except UnknownLanguage as exc:
+        return f"column {LANGUAGE_COLUMN!r}: {exc}"
+    return None
+
+
+def _task_kind_problem(value: Any) -> str | None:
+    if value is _MISSING or value is None:
+        return None
+    try:
+        resolve_task_kind(value)
+    except ValueError as exc:
+        return f"column {TASK_KIND_COLUMN!r}: {exc}"
     return None
 
 

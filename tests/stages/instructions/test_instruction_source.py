@@ -47,16 +47,16 @@ def test_each_format_loads_with_and_without_a_language_column(tmp_path, fmt):
     (tmp_path / "a").mkdir(), (tmp_path / "b").mkdir()
     with_lang = WRITERS[fmt](tmp_path / "a", {"instruction": TEXTS, "language": ["Rust", None]})
     assert load_instructions(with_lang, default_language="Go") == [
-        SourceRow(0, TEXTS[0], "Rust"), SourceRow(1, TEXTS[1], "Go")]
+        SourceRow(0, TEXTS[0], "rust"), SourceRow(1, TEXTS[1], "go")]
     plain = WRITERS[fmt](tmp_path / "b", {"prompt": TEXTS, "id": [1, 2]})
-    assert [r.language for r in load_instructions(plain, "prompt")] == ["Python", "Python"]
+    assert [r.language for r in load_instructions(plain, "prompt")] == ["python", "python"]
 
 
 def test_jsonl_skips_blank_lines_and_a_record_may_lack_the_language(tmp_path):
     path = tmp_path / "in.jsonl"
     path.write_text(json.dumps({"instruction": TEXTS[0], "language": "C"}) + "\n\n"
                     + json.dumps({"instruction": TEXTS[1]}) + "\n")
-    assert load_instructions(path) == [SourceRow(0, TEXTS[0], "C"), SourceRow(1, TEXTS[1], "Python")]
+    assert load_instructions(path) == [SourceRow(0, TEXTS[0], "c"), SourceRow(1, TEXTS[1], "python")]
 
 
 def _fails(path: Path, *parts: str, column: str = "instruction") -> str:
@@ -105,6 +105,26 @@ def test_many_bad_rows_are_counted_not_all_listed(tmp_path):
 def test_bad_language_names_row_and_column(tmp_path):
     path = write_jsonl(tmp_path / "in.jsonl", [{"instruction": TEXTS[0], "language": 7}])
     _fails(path, "row 0 (line 1): column 'language' is not a language name (int)")
+
+
+@pytest.mark.parametrize("fmt", sorted(WRITERS))
+def test_languages_by_any_name_and_task_kinds(tmp_path, fmt):
+    path = WRITERS[fmt](tmp_path, {"instruction": TEXTS * 2,
+                                   "language": ["C++", " golang ", "TS", None],
+                                   "task_kind": ["Program", None, "function", "program"]})
+    assert [(r.language, r.task_kind) for r in load_instructions(path)] == [
+        ("cpp", "program"), ("go", "function"), ("typescript", "function"),
+        ("python", "program")]
+
+
+@pytest.mark.parametrize("column, value, named", [
+    ("language", "Klingon", "column 'language': unknown language 'Klingon'"),
+    ("task_kind", "script", "column 'task_kind': unknown task kind 'script'"),
+])
+def test_unknown_language_or_task_kind_names_file_line_and_value(tmp_path, column, value, named):
+    path = write_jsonl(tmp_path / "in.jsonl", [{"instruction": TEXTS[0]},
+                                               {"instruction": TEXTS[1], column: value}])
+    _fails(path, f"row 1 (line 2): {named}")
 
 
 @pytest.mark.parametrize("fmt", sorted(WRITERS))

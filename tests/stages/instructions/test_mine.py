@@ -55,6 +55,34 @@ def test_plan_rows():
     assert len(set(table.column("task_id").to_pylist())) == 12
 
 
+def test_plan_rows_per_language_and_task_kind():
+    ctx = make_ctx({"a": RecordingMiner("chatml")}, {"a": "qwen2"})
+    cfg = MineConfig(miners=["a"], languages=["python", "C++"],
+                     task_kinds=["function", "program"], samples_per_language=2)
+    assert cfg.languages == ["python", "cpp"]
+    rows = plan(cfg, ctx).to_pylist()
+    assert [(r["language"], r["task_kind"]) for r in rows[::2]] == [
+        ("python", "function"), ("python", "program"), ("cpp", "function"), ("cpp", "program")]
+    # a Python function keeps the task ids mining a language named Python always gave it
+    assert [r["task_id"] for r in rows[:3]] == ["a|Python|000000", "a|Python|000001",
+                                                "a|Python|program|000000"]
+    out = run(plan(cfg, ctx), cfg, ctx).to_pylist()
+    prompts = [c[0][0] for c in ctx.backend("a").calls]
+    assert sum("standard input" in p for p in prompts) == 2  # the program system prompt
+    assert any("C++ coding problems" in p for p in prompts)
+    by = {(r["language"], r["task_kind"]): r for r in out}
+    # the same words in another language or kind are another task
+    assert by["cpp", "program"]["instruction_id"] == instruction_id(
+        by["cpp", "program"]["instruction"], "cpp", "program")
+    assert by["python", "function"]["instruction_id"] == instruction_id(
+        by["python", "function"]["instruction"])
+
+
+def test_unknown_language_names_it():
+    with pytest.raises(ValueError, match="unknown language 'Klingon'"):
+        MineConfig(languages=["Python", "Klingon"])
+
+
 def test_runs():
     assert _runs([0, 1, 2, 5, 6, 9]) == [(0, 3), (5, 2), (9, 1)]
     assert _runs([]) == []
@@ -94,7 +122,8 @@ def test_run_records_template_params_and_replayable_seeds():
     assert "<|im_end|>" in a0.stop
     assert rows["a|Go|000003"]["instruction"] == f"Write task {a3.seed}."
     assert rows["a|Go|000003"]["raw"].startswith(f"Write task {a3.seed}.\n\n\nSure!")
-    assert rows["a|Go|000003"]["instruction_id"] == instruction_id(f"Write task {a3.seed}.")
+    assert rows["a|Go|000003"]["instruction_id"] == instruction_id(f"Write task {a3.seed}.",
+                                                                   "go")
     assert {r["finish_reason"] for r in rows.values()} == {"stop", "length"}
     assert json.loads(rows["b|Go|000001"]["sample_params"])["seed"] != a0.seed + 1
 

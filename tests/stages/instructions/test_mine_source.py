@@ -51,8 +51,10 @@ def test_file_rows_look_like_mined_rows_without_a_model(tmp_path):
     assert result.stats == {"source_rows": 2.0}
     rows = out.to_pylist()
     assert [r["instruction"] for r in rows] == [t.strip() for t in texts]
-    assert [r["instruction_id"] for r in rows] == [instruction_id(t) for t in texts]
-    assert [r["language"] for r in rows] == ["Go", "Rust"]  # no column value: first language
+    assert [r["instruction_id"] for r in rows] == [instruction_id(t, lang)
+                                                   for t, lang in zip(texts, ("go", "rust"))]
+    assert [r["language"] for r in rows] == ["go", "rust"]  # no column value: first language
+    assert [r["task_kind"] for r in rows] == ["function", "function"]
     assert {r["miner"] for r in rows} == {None} and {r["template"] for r in rows} == {"file"}
     assert {r["finish_reason"] for r in rows} == {None}
     assert rows[0]["raw"] == texts[0]
@@ -103,3 +105,22 @@ def test_set_source_on_any_config_and_bad_files_fail_at_load(tmp_path, monkeypat
     with pytest.raises(ConfigError, match="no column 'prompt'"):
         load_config(ROOT / "configs" / "smoke.yaml",
                     [f"mine.source={SEED}", "mine.source_column=prompt"])
+
+
+def test_the_same_words_in_two_languages_or_kinds_are_two_tasks(tmp_path):
+    path = tmp_path / "in.jsonl"
+    text = "Write a program that reads n and then n integers and prints the sum of the even ones."
+    records = [{"instruction": text, "language": "C++", "task_kind": "program"},
+               {"instruction": text, "language": "Java", "task_kind": "program"},
+               {"instruction": text + " ", "language": "cpp", "task_kind": "program"},
+               {"instruction": text, "language": "C++"},
+               {"instruction": text.replace("even ones", "even ones, please"), "language": "Java",
+                "task_kind": "program"}]
+    path.write_text("".join(json.dumps(r) + "\n" for r in records))
+    cfg = MineConfig(source=path)
+    mined = as_result(run(plan(cfg, NoModels()), cfg, NoModels())).table
+    cleaned = clean_run(mined, CleanConfig(), None)
+    kept = [(r["language"], r["task_kind"]) for r in cleaned.table.to_pylist()]
+    assert kept == [("cpp", "program"), ("java", "program"), ("cpp", "function")]
+    assert cleaned.dropped.column("reason").to_pylist() == ["exact_duplicate", "near_duplicate"]
+    assert len({r["instruction_id"] for r in cleaned.table.to_pylist()}) == 3
