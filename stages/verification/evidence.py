@@ -9,9 +9,9 @@ evidence it stands on (``trusted_by``) and how strong that is (``strength``):
 ``trusted_by``            strength  the evidence
 ========================  ========  ===============================================================
 ``example``               4         the instruction's own worked example (``f(2) returns 4``)
-``authors_agree``         3         two or more authors expect the same value for the same call
+``authors_agree``         3         two or more authors (rule 2) expect the same value for one call
 ``independent_author``    2         written by an author who is none of the answers' models
-``written+passer``        2         written by a contestant and passed by another model's answer
+``written+passer``        2         written by a contestant, passed by another program (rule 2)
 ``written``               1         written by a contestant, confirmed by no other model
 ``majority``              1         generated input: independent answers return the same value
 ========================  ========  ===============================================================
@@ -29,7 +29,10 @@ Rules, in order (``weigh``):
    formatting, comments, docstrings and a ``__main__`` demo is one program, whichever models
    wrote it); two experts that emit the same wrong program are one vote. An independent
    majority is an outcome that at least two different programs, and more than half of the
-   programs present, share.
+   programs present, share. Authors are one voice the same way: two authors whose answers are
+   one program confirm nothing for each other, neither by writing the same test
+   (``authors_agree``) nor by passing each other's (``written+passer``); they share one
+   reading of the task, right or wrong.
 3. **Answers overrule only a weak test.** A test no stronger than one author's (strength 2 or
    less) is dropped (``contradicts_majority``) when the answers that pass every other trusted
    test and the example return, as an independent majority, another value on its call: the
@@ -195,8 +198,9 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
     live = [t for t, r in enumerate(written) if r["reason"] is None]
     others = [*(written[u] for u in live),
               *(d for d in duplicates if d["author"] not in discredited)]
+    program = {c.model: c.program for c in candidates}
     for t in live:
-        _trust(written[t], _evidence(written[t], others, models))
+        _trust(written[t], _evidence(written[t], others, models, program))
     _overruled_by_answers(written, candidates)
     verdict = _direct_conflicts(written, candidates)
     if verdict.status == DECIDED:
@@ -226,17 +230,24 @@ def _consistent_misreaders(written: Sequence[dict], candidates: Sequence[Candida
     return out
 
 
-def _evidence(row: dict, live: Sequence[dict], models: set[str]) -> str:
+def _evidence(row: dict, live: Sequence[dict], models: set[str],
+              program: dict[str, str | None]) -> str:
+    def other(model: str) -> bool:
+        """Rule 2: another voice than the row's author (not the same model, and not a model
+        whose answer is the same program as the author's)."""
+        mine = program.get(row["author"])
+        return model != row["author"] and (mine is None or program.get(model) != mine)
+
     if row["call"] is not None and row["expected"] is not None and any(
-            o["author"] != row["author"] and o["call"] == row["call"]
+            other(o["author"]) and o["call"] == row["call"]
             and o["expected"] is not None and reprs_agree(o["expected"], row["expected"])
             for o in live):
         return AUTHORS_AGREE
-    if any(o["author"] != row["author"] and o["test_code"] == row["test_code"] for o in live):
+    if any(other(o["author"]) and o["test_code"] == row["test_code"] for o in live):
         return AUTHORS_AGREE
     if row["author"] not in models:
         return INDEPENDENT_AUTHOR
-    if any(m != row["author"] for m in row["passed_by"]):
+    if any(other(m) for m in row["passed_by"]):
         return WRITTEN_PASSER
     return WRITTEN
 

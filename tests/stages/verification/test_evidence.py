@@ -212,3 +212,25 @@ def test_an_author_whose_answer_misreads_the_example_as_its_tests_do_loses_them(
     answers = [cand("a", [True, True], example=True), cand("b", [False, False], example=False)]
     weigh(rows, [], answers, Example("f(2)", "5"))
     assert [r["reason"] for r in rows] == [None, None]
+
+
+def test_authors_whose_answers_are_one_program_are_one_voice():
+    # b and c answer with the same wrong program and write tests that agree with it and with each
+    # other; a's right answer and test disagree. b and c confirm nothing for each other, so
+    # their shared reading is no stronger than a's: the instruction cannot be decided
+    rows = [written("a", "power_sum(4)", "30"), written("b", "power_sum(4)", "14"),
+            written("c", "power_sum(4)", "14"), written("c", "power_sum(2)", "1")]
+    answers = [cand("a", [True, False, False, False]),
+               cand("b", [False, True, True, True], program="same-wrong"),
+               cand("c", [False, True, True, True], program="same-wrong")]
+    verdict = weigh(rows, [], answers, None)
+    assert [r["trusted_by"] for r in rows] == [WRITTEN] * 4
+    assert verdict.status == CONTRADICTORY
+    # the same tests from authors whose answers differ are two voices, and the pair wins
+    rows = [written("a", "power_sum(4)", "30"), written("b", "power_sum(4)", "14"),
+            written("c", "power_sum(4)", "14")]
+    answers = [cand("a", [True, False, False]), cand("b", [False, True, True]),
+               cand("c", [False, True, True])]
+    verdict = weigh(rows, [], answers, None)
+    assert [r["trusted_by"] for r in rows] == [None, AUTHORS_AGREE, AUTHORS_AGREE]
+    assert rows[0]["reason"] == CONTRADICTS_STRONGER and verdict.status == DECIDED

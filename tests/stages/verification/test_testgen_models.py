@@ -51,21 +51,23 @@ def test_real_author_writes_tests_that_separate_right_from_wrong(ctx):
     for r in tests:
         print(r["instruction_id"], r["test_idx"], r["survived"], r["reason"], r["passed_by"],
               repr(r["test_code"]))
-    # The model writes several asserts per task; the two right answers are always in the
-    # trusted group (the wrong one joins it only when the tests cannot tell them apart).
+    # The model writes several asserts per task. The buggy third answer is never in the
+    # consensus; the two right answers are, unless the author wrote a test they both fail,
+    # which is kept as evidence against them (a test is never dropped because answers fail it)
+    # and then blocks every answer.
     assert sum(map(len, survivors.values())) >= 2, tests
     for iid, kept in survivors.items():
         consensus = {m for r in tests if r["instruction_id"] == iid for m in r["consensus"]}
-        if kept:
-            assert {"m0", "m1"} <= consensus, (iid, tests)
+        assert "m2" not in consensus, (iid, tests)
+        blocking = [r for r in tests if r["instruction_id"] == iid and r["survived"]
+                    and "m0" not in r["passed_by"] and "m1" not in r["passed_by"]]
+        assert consensus == (set() if blocking else {"m0", "m1"}), (iid, tests)
+        if consensus:
             verdicts = execute(ctx.sandbox(), [(c, kept) for c in TASKS[iid][1]], timeout_s=5)
-            assert [v.status for v in verdicts[:2]] == ["passed", "passed"]
-    # A test only the wrong answer passes (the 0.5B model writes such tests: it reverses the
-    # characters of "hello world") never survives.
-    for r in tests:
-        if r["passed_by"] and "m0" not in r["passed_by"] and "m1" not in r["passed_by"]:
-            # discarded either against a consensus or because the answers agree on nothing
-            assert not r["survived"] and r["reason"] in ("contradicts_consensus", "no_consensus")
+            assert [v.status for v in verdicts] == ["passed", "passed", "failed"]
+    # is_even is easy enough that the 0.5B's tests are right and tell the buggy answer apart
+    assert {m for r in tests if r["instruction_id"] == "e1" for m in r["consensus"]} == {
+        "m0", "m1"}
     print({k: len(v) for k, v in survivors.items()}, result.stats)
 
 
