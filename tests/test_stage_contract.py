@@ -194,7 +194,9 @@ def test_real_stages_hash_the_prompts_they_fill():
     assert "judge_pointwise_logprob.txt" in prompt_digests(get_stage("judge").prompts)
     assert set(prompt_digests(get_stage("repair").prompts)) == {
         "repair_feedback.txt", "repair_feedback_hidden.txt", "repair_hidden_line.txt",
-        "repair_no_code.txt", "repair_no_entry_point.txt", "repair_system.txt"}
+        "repair_no_code.txt", "repair_no_entry_point.txt", "repair_system.txt",
+        "repair_task_compile_error.txt", "repair_task_feedback.txt",
+        "repair_task_feedback_hidden.txt", "repair_task_no_code.txt", "repair_task_system.txt"}
     assert {"testgen_user.txt", "testgen_user_augment.txt"} <= set(
         prompt_digests(get_stage("tests").prompts))
 

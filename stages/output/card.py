@@ -175,7 +175,9 @@ def render_card(info: CardInfo, model_spec: Callable[[str], Any] | None = None) 
               + ", TRL's conversational format. Provenance columns: "
               + ", ".join(f"`{n}`" for n in info.schema.names
                           if n not in ("instruction_id", "messages"))
-              + "; null means not measured. `tests_visible*` are the tests repair may show "
+              + "; null means not measured. `language` and `task_kind` say what the answer "
+              "is: its language and a `function` (tested by calls) or a whole `program` "
+              "(tested by stdin and stdout). `tests_visible*` are the tests repair may show "
               "(the instruction's example among them), `tests_hidden*` and `tests_augmented*` "
               "(generated inputs on which independent answers agreed) the ones it never shows; "
               "`probe_gate` and `program_gate` are the two gates' verdicts; `admission` is where "

@@ -11,7 +11,9 @@ no usable code is never emitted.
 
 Output: one row per instruction whose answer was admitted: ``instruction_id, messages``
 (``list<struct<role, content>>``: optional system, user, assistant) and the provenance columns
-``source_model, verified, status, tests_passed``, those of
+``source_model, language, task_kind`` (the task's language id and kind, ``function`` or
+``program``; a row from before they existed is a Python function), ``verified, status,
+tests_passed``, those of
 ``arenaforge.stages.output.emit_provenance`` (``repaired, repair_rounds, replaced_judge_pick,
 judge_pick, selection_rule, miner, template, judges, tests_{visible,hidden,augmented}[_passed],
 probe_gate, program_gate, admission, gate_admitted, test_authors, judge_verdicts, local_share,
@@ -53,6 +55,7 @@ from arenaforge.pipeline.layout import (
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS
 from arenaforge.stages.common.embeddings import unit_rows
+from arenaforge.stages.common.task_kinds import table_tasks
 from arenaforge.stages.output.card import CardInfo, render_card
 from arenaforge.stages.output.emit_provenance import (
     AUTHOR_COLUMNS,
@@ -85,6 +88,8 @@ SFT_SCHEMA = pa.schema([
     ("instruction_id", pa.string()),
     ("messages", MESSAGE_TYPE),
     ("source_model", pa.string()),
+    ("language", pa.string()),
+    ("task_kind", pa.string()),
     ("verified", pa.bool_()),
     ("status", pa.string()),
     ("tests_passed", pa.int64()),
@@ -176,11 +181,14 @@ def build_sft_rows(selected: pa.Table, *, system_prompt: str | None, run_id: str
         messages.append(turns)
 
     n = selected.num_rows
+    tasks = table_tasks(selected)
     status = selected.column("status").cast(pa.string())
     columns: dict[str, pa.Array | pa.ChunkedArray] = {
         "instruction_id": selected.column("instruction_id").cast(pa.string()),
         "messages": pa.array(messages, type=MESSAGE_TYPE),
         "source_model": selected.column("model").cast(pa.string()),
+        "language": pa.array([lang for lang, _ in tasks], pa.string()),
+        "task_kind": pa.array([kind for _, kind in tasks], pa.string()),
         "verified": verified_mask(selected),
         "status": status,
         **provenance_columns(selected),

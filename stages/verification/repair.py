@@ -19,6 +19,12 @@ not contradict each other: a ``contradictory_tests`` suite is never a target (it
 push the answer towards one side of the contradiction). A repaired attempt must be verified
 (the example and ``min_pass_fraction`` of the trusted tests, as verify decides).
 
+A task that is not a Python function (its ``language`` and ``task_kind``) is repaired the same
+way in its own language: graded by ``arenaforge.stages.verification.polyglot_grading``, the
+feedback (``task_feedback``, templates ``repair_task_*.txt``) shows the failing visible case as
+data, or the compiler's message when the answer did not compile, and asks for one block of that
+language's code (``extract_answer``); nothing is probed.
+
 Output: the verify rows and columns; where a repair succeeded, ``response`` (the repaired program
 alone, ``plain_answer``: nothing of the repair dialogue), ``code`` and the verify
 grade columns (``status, tests_*, probe_gate, program_gate, bound_function, ...``) are the
@@ -41,7 +47,18 @@ import pyarrow as pa
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import PASSED
-from arenaforge.stages.verification.grading import REPAIRABLE, Graded, grade
+from arenaforge.stages.common.code_extract import extract_code
+from arenaforge.stages.common.task_kinds import (
+    FUNCTION,
+    PROGRAM,
+    PYTHON,
+    display,
+    fence,
+    table_tasks,
+    uses_python_path,
+)
+from arenaforge.stages.verification.grading import REPAIRABLE, Graded
+from arenaforge.stages.verification.polyglot_grading import COMPILE_ERROR_CLASS, grade_any
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, Suite, trusted_suites
 from arenaforge.stages.verification.test_parsing import extract_program, probe_program
 from arenaforge.stages.verification.verify import (
@@ -70,7 +87,8 @@ class RepairConfig(StageConfig):
 
 
 def feedback_text(g: Graded | None, suite: Suite | None = None, parse_error: str | None = None,
-                  returned: tuple[str, str] | None = None) -> str:
+                  returned: tuple[str, str] | None = None,
+                  task: tuple[str, str] = (PYTHON, FUNCTION)) -> str:
     """The debugging feedback after one attempt; nothing of a hidden test reaches it.
 
     Args:
@@ -78,7 +96,11 @@ def feedback_text(g: Graded | None, suite: Suite | None = None, parse_error: str
         suite: the instruction's suite (entry point and signature for an unbound answer).
         parse_error: why no code could be extracted from the reply.
         returned: ``(expression, repr of its value)`` from the probe of the failing visible test.
+        task: ``(language, task_kind)``; a task that is not a Python function gets the same
+            feedback in its language's words (``task_feedback``).
     """
+    if not uses_python_path(*task):
+        return task_feedback(g, task, parse_error)
     # one pass each: a model-written test or output that contains "{output}" reaches the model
     # as it is
     if g is None:
@@ -111,6 +133,59 @@ def feedback_text(g: Graded | None, suite: Suite | None = None, parse_error: str
                 hidden=hidden)
 
 
+def task_feedback(g: Graded | None, task: tuple[str, str], parse_error: str | None = None
+                  ) -> str:
+    """``feedback_text`` for a task that is not a Python function: the failing visible case
+    (as data), its error and output, the count of hidden failures without their text; a
+    compile error with the compiler's message. Nothing is probed (there is no expression)."""
+    language, kind = task
+    words = {"language": display(language), "fence": fence(language),
+             "keep": ("Keep it one whole program that reads standard input and writes standard "
+                      "output." if kind == PROGRAM else
+                      "Keep the same function name and signature.")}
+    if g is None:
+        return fill(load_template("repair_task_no_code.txt"), parse_error=parse_error or "",
+                    **words)
+    v = g.visible
+    if g.verdict.error_class == COMPILE_ERROR_CLASS:
+        error = "\n".join(x for x in (g.verdict.error_message, g.verdict.stderr_tail.strip())
+                          if x)
+        return fill(load_template("repair_task_compile_error.txt"),
+                    error_class=COMPILE_ERROR_CLASS, error=error.strip()[-2000:], **words)
+    if v is None or v.status == PASSED:
+        return fill(load_template("repair_task_feedback_hidden.txt"),
+                    tests_total=str(v.tests_total if v else 0),
+                    hidden_failed=str(g.hidden_failed), error_class=g.hidden_error or "unknown",
+                    **words)
+    hidden = ""
+    if g.hidden_failed:
+        hidden = fill(load_template("repair_hidden_line.txt"), hidden_failed=str(g.hidden_failed),
+                      error_class=g.hidden_error or "unknown") + "\n"
+    output = ""
+    if v.stdout_tail.strip():
+        output += f"\nOutput:\n```\n{v.stdout_tail.strip()[-1500:]}\n```\n"
+    if v.stderr_tail.strip():
+        output += f"\nStandard error:\n```\n{v.stderr_tail.strip()[-1500:]}\n```\n"
+    return fill(load_template("repair_task_feedback.txt"), tests_passed=str(v.tests_passed),
+                tests_total=str(v.tests_total), failed_test=v.failed_test or "(none)",
+                error_class=v.error_class or v.status,
+                error=(v.error_message or v.status).strip()[-2000:], output=output,
+                hidden=hidden, **words)
+
+
+def extract_answer(text: str | None, task: tuple[str, str]) -> tuple[str | None, str | None]:
+    """``(code, None)`` of a repair reply, or ``(None, why not)``: a Python task's program
+    must parse (``extract_program``); another language's is its fenced blocks in that
+    language (the answer stage's ``extract_code``)."""
+    language = task[0]
+    if language == PYTHON:
+        return extract_program(text)
+    if text is None or not text.strip():
+        return None, "empty output"
+    code = extract_code(text, language)
+    return (code, None) if code else (None, f"no {display(language)} code block in the reply")
+
+
 def _probe(pool: Any, items: list[tuple[str, Graded]],
            limits: dict) -> list[tuple[str, str] | None]:
     """What the failing visible test's expression returned, per (code, grade); sandboxed."""
@@ -138,7 +213,8 @@ def _certified(g: Graded, suite: Suite, min_pass_fraction: float) -> bool:
 
 
 def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any, pool: Any,
-                cfg: RepairConfig, limits: dict, seed: int) -> list[dict]:
+                cfg: RepairConfig, limits: dict, seed: int,
+                tasks: list[tuple[str, str]] | None = None) -> list[dict]:
     """Run up to ``cfg.max_rounds`` feedback rounds for each target row.
 
     Args:
@@ -147,6 +223,7 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
         backend_for: ``model_id -> backend`` (``ctx.backend``).
         pool: the sandbox pool.
         limits: ``timeout_s, memory_mb, fail_fast`` for the sandbox.
+        tasks: each target's ``(language, task_kind)`` (None: every one a Python function).
 
     Returns:
         Per target: ``{"rounds", "repaired", "response", "code", "graded", "trajectory"}``;
@@ -157,12 +234,17 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
 
     params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=seed)
     suite_of = [suites[t["instruction_id"]] for t in targets]
+    tasks = list(tasks) if tasks is not None else [(PYTHON, FUNCTION)] * len(targets)
+    python = [uses_python_path(*task) for task in tasks]
     # the original is graded again here: verify's row holds its first failure, which may be a
     # hidden test's, and feedback needs the first visible one
-    originals = grade(pool, [(t["code"], s) for t, s in zip(targets, suite_of)], **limits)
+    originals = grade_any(pool, [(t["code"], s) for t, s in zip(targets, suite_of)], tasks,
+                          **limits)
     state = []
-    for t, g in zip(targets, originals):
-        conversation = [{"role": "system", "content": load_template("repair_system.txt")},
+    for t, g, task, py in zip(targets, originals, tasks, python):
+        system = (load_template("repair_system.txt") if py else
+                  fill(load_template("repair_task_system.txt"), language=display(task[0])))
+        conversation = [{"role": "system", "content": system},
                         {"role": "user", "content": t["instruction"]},
                         {"role": "assistant", "content": t["response"] or ""}]
         original = {"round": 0, "response": t["response"], "code": t["code"], **_grade_dict(g)}
@@ -174,12 +256,15 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
         active = [i for i, s in enumerate(state) if not s["repaired"]]
         if not active:
             break
-        probes = _probe(pool, [(state[i]["last_code"], state[i]["last"]) for i in active],
-                        limits) if cfg.probe else [None] * len(active)
-        for i, returned in zip(active, probes):
+        probed = [i for i in active if python[i]]  # a Python expression can be probed
+        probes = dict(zip(probed, _probe(
+            pool, [(state[i]["last_code"], state[i]["last"]) for i in probed], limits)
+            if cfg.probe and probed else [None] * len(probed)))
+        for i in active:
             s = state[i]
             s["feedback"] = feedback_text(s["last"] if s["parse_error"] is None else None,
-                                          suite_of[i], s["parse_error"], returned)
+                                          suite_of[i], s["parse_error"], probes.get(i),
+                                          tasks[i])
             s["conversation"].append({"role": "user", "content": s["feedback"]})
         by_model: dict[str, list[int]] = defaultdict(list)
         for i in active:
@@ -188,11 +273,13 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
         for model, idx in by_model.items():
             out = backend_for(model).chat([list(state[i]["conversation"]) for i in idx], params)
             replies.update({i: r[0] for i, r in zip(idx, out)})
-        parsed = {i: extract_program(replies[i].text) if replies[i].finish_reason != "error"
+        parsed = {i: extract_answer(replies[i].text, tasks[i])
+                  if replies[i].finish_reason != "error"
                   else (None, f"backend error: {replies[i].error}") for i in active}
         runnable = [i for i in active if parsed[i][0] is not None]
-        grades = dict(zip(runnable, grade(
-            pool, [(parsed[i][0], suite_of[i]) for i in runnable], **limits)))
+        grades = dict(zip(runnable, grade_any(
+            pool, [(parsed[i][0], suite_of[i]) for i in runnable],
+            [tasks[i] for i in runnable], **limits)))
         for i in active:
             s, reply = state[i], replies[i]
             code, error = parsed[i]
@@ -208,7 +295,8 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
                 s.update(parse_error=None, last=g, last_code=code)
                 step.update(_grade_dict(g))
                 if _certified(g, suite_of[i], _pass_fraction(cfg)):
-                    s.update(repaired=True, response=plain_answer(code), code=code, graded=g)
+                    s.update(repaired=True, response=plain_answer(code, fence(tasks[i][0])),
+                             code=code, graded=g)
             s["trajectory"].append(step)
     return [{key: s[key] for key in ("rounds", "repaired", "response", "code", "graded",
                                      "trajectory")} for s in state]
@@ -260,8 +348,9 @@ def run(table: pa.Table, cfg: RepairConfig, ctx: StageContext) -> StageResult:
         ids = sorted({rows[i]["instruction_id"] for i in target_idx})
         suites = trusted_suites(ctx.read("tests", columns=list(SUITE_COLUMNS),
                                          instruction_ids=ids))
+        tasks = table_tasks(table, target_idx)
         out = repair_loop([rows[i] for i in target_idx], suites, ctx.backend, ctx.sandbox(),
-                          cfg, _limits(cfg), ctx.seed)
+                          cfg, _limits(cfg), ctx.seed, tasks)
         results = dict(zip(target_idx, out))
     ctx.advance(len(rows))
 

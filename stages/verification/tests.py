@@ -1,5 +1,11 @@
 """Stage ``tests``: every expert writes tests and an input generator; the evidence decides trust.
 
+A task that is not a Python function (another ``language``, or ``task_kind`` ``program``;
+``arenaforge.stages.common.task_kinds``) takes the language-neutral path
+(``arenaforge.stages.verification.polyglot_tests``): the authors write cases as data, every
+answer runs on them in its own language's harness, and the same evidence rules decide. What
+follows is the Python path, which a Python function takes as it always did.
+
 Input (source ``answer``, one row per (instruction_id, model)): ``instruction_id, instruction,
 model, code``. The entry point the tests call is the function the instruction names when it
 names one (``arenaforge.stages.verification.entry_points.instruction_function_name``), else the public function most
@@ -55,6 +61,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.stages.common.task_kinds import table_tasks, uses_python_path
 from arenaforge.stages.verification.augment import (
     call_program,
     extract_generator,
@@ -491,8 +498,11 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
     if unknown:
         raise ValueError(f"tests.generator_authors: {unknown} are not among tests.authors")
     answers: dict[str, list[dict]] = defaultdict(list)
+    others: dict[str, list[dict]] = defaultdict(list)  # not Python functions: data cases
+    tasks = dict(zip(table.column("instruction_id").to_pylist(), table_tasks(table)))
     for row in table.select(["instruction_id", "instruction", "model", "code"]).to_pylist():
-        answers[row["instruction_id"]].append(row)
+        iid = row["instruction_id"]
+        (answers if uses_python_path(*tasks[iid]) else others)[iid].append(row)
     entries = {iid: resolve_entry_point(rows[0]["instruction"], [r["code"] for r in rows])
                for iid, rows in answers.items()}
     todo = [iid for iid in answers if entries[iid] is not None]
@@ -508,6 +518,13 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
 
     rows: dict[str, list[dict]] = {}
     out_rows, stats = [], defaultdict(float)
+    if others:
+        from arenaforge.stages.verification.polyglot_tests import run_polyglot
+
+        polyglot_rows, polyglot_stats = run_polyglot(others, tasks, authors, cfg, ctx, _base)
+        out_rows.extend(polyglot_rows)
+        for key, value in polyglot_stats.items():
+            stats[key] += value
     for iid in answers:
         entry, source = entries[iid] or (None, None)
         example = instruction_example(answers[iid][0]["instruction"], entry.name) if entry else None

@@ -15,7 +15,7 @@ no_entry_point: nothing in the answer binds to the entry point), ``tests_passed`
 ``tests_augmented[_passed]``, ``entry_point``, ``bound_function``, ``binding_rule``,
 ``probe_gate`` and ``program_gate`` (``arenaforge.stages.verification.probe_gate``; both on every row), ``error_class``
 (syntax, runtime, assertion, timeout, memory, output_limit, exit, sandbox, no_code,
-no_entry_point), ``error_message`` (the first failing test's error, with the failing line),
+no_entry_point, compile_error, harness), ``error_message`` (the first failing test's error, with the failing line),
 ``failed_test`` (its code), ``stdout_tail``, ``stderr_tail``, ``duration_s``, ``judge_winner``,
 ``final_score``, ``judge_pick`` (the model the judges picked, on every row of the instruction),
 ``selected``, ``selection_rule``, ``flipped``, ``replaced_judge_pick`` (selected, and not the
@@ -31,6 +31,14 @@ answer that fails is run here. Sharded by instruction (selection is per instruct
 are counts (``tested.<model>``, ``passed.<model>``, ``no_entry_point.<model>``,
 ``binding.<rule>``, ``probe_gate.<verdict>``, ``program_gate.<verdict>``, ``winners_failed``,
 ``flipped``, ``no_tests``, ``reused_tests_run``) that add up over shards. It runs no model.
+
+A task that is not a Python function (the rows' ``language`` and ``task_kind``) is graded in
+its own language (``arenaforge.stages.verification.polyglot_grading``) into the same columns:
+its tests are cases as data, a wrong value or output is error class ``assertion``, and an
+answer that does not compile is the answer's failure (status ``error``, error class
+``compile_error``, admission ``no_usable_code``). Such rows add the counts
+``language.<id>.<kind>.{answers,tested,verified,compile_errors}`` and ``compile_errors``
+(``compile_errors.<model>``); a table of Python functions alone adds none of them.
 """
 
 from __future__ import annotations
@@ -42,12 +50,14 @@ import pyarrow as pa
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS, PASSED
 from arenaforge.stages.arena.selection import RULES, Candidate, Rule, select_answer
+from arenaforge.stages.common.task_kinds import table_tasks
 from arenaforge.stages.verification.execution import (  # noqa: F401  (re-exported: callers run answers here)
     Verdict,
     execute,
     summarize,
 )
-from arenaforge.stages.verification.grading import VERIFIED, Graded, grade
+from arenaforge.stages.verification.grading import VERIFIED, Graded, grade  # noqa: F401
+from arenaforge.stages.verification.polyglot_grading import grade_any, language_stats
 from arenaforge.stages.verification.recorded_runs import EVIDENCE_COLUMNS, recorded_runs
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, suites_of_rows
 from pydantic import Field
@@ -209,17 +219,20 @@ def run(table: pa.Table, cfg: VerifyConfig, ctx: StageContext) -> StageResult:
                          instruction_ids=ids).to_pylist()
     rate = {(r["instruction_id"], r["model"]): (r["final_score"], r["winner"]) for r in rate_rows}
     rows = table.select(["instruction_id", "model", "code"]).to_pylist()
-    grades = grade(ctx.sandbox(), [(r["code"], suites.get(r["instruction_id"])) for r in rows],
-                   timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb, fail_fast=cfg.fail_fast,
-                   recorded=[runs.get((r["instruction_id"], r["model"])) for r in rows])
+    tasks = table_tasks(table)
+    grades = grade_any(ctx.sandbox(), [(r["code"], suites.get(r["instruction_id"])) for r in rows],
+                       tasks, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
+                       fail_fast=cfg.fail_fast,
+                       recorded=[runs.get((r["instruction_id"], r["model"])) for r in rows])
     ctx.advance(len(rows))
     sel = _select(rows, grades, rate, cfg)
     columns = graded_columns(grades, cfg.min_pass_fraction)
     for f in SELECTION_SCHEMA:
         values = [cfg.rule] * len(rows) if f.name == "selection_rule" else [s[f.name] for s in sel]
         columns[f.name] = pa.array(values, f.type)
-    return StageResult(table=with_columns(table, columns), stats=verify_stats(rows, grades, sel,
-                                                                  cfg.min_pass_fraction))
+    stats = verify_stats(rows, grades, sel, cfg.min_pass_fraction)
+    stats.update(language_stats(rows, grades, tasks, cfg.min_pass_fraction))
+    return StageResult(table=with_columns(table, columns), stats=stats)
 
 
 STAGE = StageSpec(

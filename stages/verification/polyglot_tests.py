@@ -1,0 +1,317 @@
+"""The ``tests`` stage for every task that is not a Python function: cases as data, the same
+evidence rules.
+
+For each such instruction (its ``language`` and ``task_kind``,
+``arenaforge.stages.common.task_kinds``) every author is asked for test cases as data and for
+more inputs (``arenaforge.stages.verification.polyglot_cases``); a function task's signature is
+the one most authors give (types from the cases where none is complete), and must be one its
+language can take (else every row is ``unsupported_type``). Each answer then runs once in the
+sandbox on every case, every generated input and the instruction's own example, rendered into
+its language's harness by the polyglot library (``function_job`` / ``program_job``, compiled
+once, all in one sandbox call); what it returned on each is compared on the host. Trust is then
+decided by ``arenaforge.stages.verification.evidence.weigh`` on that data, exactly as for a
+Python function: which answers pass which case, what each returned on each call, and which
+answers are one program (``program_key_of``). An answer that does not compile is no evidence
+(a compile error is the answer's failure, never the test's); it is counted apart
+(``compile_errors``, ``language.<id>.<kind>.compile_errors``).
+
+Rows have the Python path's columns (``TESTS_SCHEMA``): ``test_code`` is the case as JSON,
+``call`` and ``expected`` its normalised call (``stdin '...'`` for a program) and the repr of
+its value, ``signature`` the chosen signature in Python notation (null for a program),
+``entry_point`` ``main`` and ``entry_source`` ``program`` for a program. ``candidate_runs`` is
+empty: verify runs these answers again. Stats, beside the Python path's:
+``language.<id>.<kind>.instructions``, ``compile_errors``, ``language.<id>.<kind>.compile_errors``,
+``sandbox_faults``, ``harness_errors`` (an answer whose checked cases its language's harness
+could not render: not run), ``instructions_unsupported_type``.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
+from arenaforge.stages.verification import polyglot_cases as pc
+from arenaforge.stages.verification.evidence import (
+    CONTRADICTORY,
+    EXAMPLE,
+    STRENGTH,
+    Candidate,
+    Example,
+    weigh,
+)
+from arenaforge.stages.verification.polyglot.harness import function_job, grade, program_job
+from arenaforge.stages.verification.polyglot.types import UnsupportedType
+from arenaforge.stages.verification.suites import (
+    AUGMENTED,
+    EXAMPLE_KIND,
+    INSTRUCTION_AUTHOR,
+    WRITTEN,
+)
+from arenaforge.stages.verification.test_split import VISIBLE, split_tests
+
+DUPLICATE, PARSE_ERROR, NO_ENTRY_POINT = "duplicate", "parse_error", "no_entry_point"
+UNSUPPORTED = "unsupported_type"  # the task's values have no form in its language
+
+
+def ask_authors(jobs: list[tuple[str, str, str, str | None]], authors: list[str], cfg: Any,
+                ctx: Any) -> dict[str, list[tuple[pc.CaseReply, str]]]:
+    """Each author's ``(parsed reply, raw text)`` per job ``(instruction, language, kind,
+    entry point)``, in job order."""
+    from arenaforge.pipeline.backends.base import SamplingParams
+
+    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
+                            seed=ctx.seed)
+    k = cfg.inputs_per_author if cfg.augment else 0
+    convs = [pc.conversation(text, lang, kind, entry, cfg.tests_per_author, k)
+             for text, lang, kind, entry in jobs]
+    out: dict[str, list[tuple[pc.CaseReply, str]]] = {}
+    for author in authors:
+        backend, replies = ctx.backend(author), []
+        for start in range(0, len(convs), cfg.batch_size):
+            for (_, _, kind, entry), reply in zip(
+                    jobs[start:start + cfg.batch_size],
+                    backend.chat(convs[start:start + cfg.batch_size], params)):
+                c = reply[0]
+                parsed = (pc.CaseReply(parse_error=f"backend error: {c.error}")
+                          if c.finish_reason == "error" else
+                          pc.parse_reply(c.text, kind, entry, max_cases=cfg.max_tests_per_author,
+                                         max_inputs=k))
+                replies.append((parsed, c.text))
+        out[author] = replies
+    return out
+
+
+def _rows(base: dict, lang: str, kind: str, replies: dict[str, tuple[pc.CaseReply, str]],
+          sig: Any) -> list[dict]:
+    """The written rows of every author and the augmented rows of their inputs."""
+    entry, rows, seen, calls = base["entry_point"], [], set(), set()
+    for author, (reply, raw) in replies.items():
+        common = dict(base, author=author, raw=raw)
+        if reply.parse_error is not None:
+            rows.append(dict(common, test_idx=-1, test_code=None, reason=PARSE_ERROR,
+                             parse_error=reply.parse_error))
+            continue
+        for k, raw_case in enumerate(reply.cases):
+            try:
+                pc.check_case(kind, raw_case, sig, lang)
+            except (ValueError, TypeError) as exc:  # CaseError, UnsupportedType
+                rows.append(dict(common, test_idx=k, test_code=_dump(raw_case),
+                                 reason=PARSE_ERROR, parse_error=str(exc)))
+                continue
+            call, expected, code = pc.case_fields(kind, entry, raw_case)
+            rows.append(dict(common, test_idx=k, test_code=code, call=call, expected=expected,
+                             reason=DUPLICATE if code in seen else "", _case=raw_case))
+            seen.add(code)
+    for author, (reply, _) in replies.items():
+        own = [r for r in rows if r["author"] == author]
+        next_idx = 1 + max((r["test_idx"] for r in own), default=-1)
+        for raw_input in reply.inputs:
+            try:
+                pc.check_case(kind, raw_input, sig, lang, expected=False)
+            except (ValueError, TypeError):
+                continue
+            shaped = {"stdin": raw_input} if kind == PROGRAM else {"args": raw_input}
+            call = pc.case_fields(kind, entry, shaped)[0]
+            if call in calls:
+                continue
+            calls.add(call)
+            rows.append(dict(base, author=author, kind=AUGMENTED, test_idx=next_idx,
+                             test_code=None, call=call, reason="", raw=None, _input=raw_input))
+            next_idx += 1
+    return rows
+
+
+def _dump(value: Any) -> str:
+    import json
+
+    return json.dumps(value, ensure_ascii=False, default=repr)
+
+
+def _cases(kind: str, sig: Any, lang: str, written: list[dict], augmented: list[dict],
+           example: dict | None) -> list:
+    cases = [pc.check_case(kind, r["_case"], sig, lang) for r in written]
+    cases += [pc.check_case(kind, r["_input"], sig, lang, expected=False) for r in augmented]
+    if example is not None:
+        cases.append(pc.check_case(kind, example, sig, lang))
+    return cases
+
+
+def _job(kind: str, lang: str, code: str, sig: Any, cases: list, cfg: Any) -> Any:
+    limits = {"timeout_s": cfg.timeout_s, "memory_mb": cfg.memory_mb}
+    if kind == PROGRAM:
+        return program_job(lang, code, cases, **limits)
+    return function_job(lang, code, sig, cases, **limits)
+
+
+def _candidates(task: dict, results: list, stats: dict) -> list[Candidate]:
+    """What each answer that ran did (an answer that did not compile, or whose sandbox failed,
+    is no evidence)."""
+    lang, kind = task["language"], task["kind"]
+    n, m = len(task["written"]), len(task["augmented"])
+    out = []
+    for (model, code), result in zip(task["answers"], results):
+        if result is None:
+            continue
+        if result.sandbox_fault is not None:
+            stats["sandbox_faults"] += 1
+            continue
+        if not result.compile.ok:
+            stats["compile_errors"] += 1
+            stats[f"language.{lang}.{kind}.compile_errors"] += 1
+            continue
+        verdicts = grade(task["cases"], result)
+        out.append(Candidate(
+            model, pc.program_key_of(code, lang, kind),
+            tuple(v.passed for v in verdicts[:n]),
+            verdicts[-1].passed if task["example"] is not None else None,
+            tuple(pc.outcome(kind, r) for r in result.runs[n:n + m]),
+            tuple(pc.outcome(kind, r) for r in result.runs[:n])))
+    return out
+
+
+def _finish(task: dict, candidates: list[Candidate], seed: int, stats: dict) -> list[dict]:
+    """Decide trust (``evidence.weigh``), split, add the example's row; the instruction's rows."""
+    rs, kind, iid = task["rows"], task["kind"], task["rows"][0]["instruction_id"]
+    written, augmented = task["written"], task["augmented"]
+    example = task["example"]
+    shown = None
+    if example is not None:
+        call, expected, code = pc.case_fields(kind, rs[0]["entry_point"], example)
+        shown = Example(call, expected)
+    duplicates = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == DUPLICATE]
+    verdict = weigh(written, augmented, candidates, shown, duplicates)
+    for row in rs:
+        row.update(suite_status=verdict.status, suite_detail=verdict.detail)
+    for j, row in enumerate(augmented):
+        if row["survived"]:
+            row["test_code"] = pc.trusted_code(kind, row, row["_input"])
+            row["graded_passed_by"] = sorted(c.model for c in candidates
+                                             if c.inputs[j].is_exactly(row["expected"]))
+    for t, row in enumerate(written):
+        row["graded_passed_by"] = sorted(c.model for c in candidates
+                                         if row["survived"] and c.written[t])
+    kept = [r for r in written if r["survived"]]
+    for row, split in zip(kept, split_tests(seed, iid, len(kept))):
+        row["split"] = split
+    consensus = rs[0]["consensus"] if rs else []
+    if shown is not None:
+        passed = sorted(c.model for c in candidates if c.example)
+        rs.append(dict(rs[0], author=INSTRUCTION_AUTHOR, test_idx=0, kind=EXAMPLE_KIND,
+                       test_code=code, survived=True, reason=None, trusted_by=EXAMPLE,
+                       strength=STRENGTH[EXAMPLE], split=VISIBLE, call=shown.call,
+                       expected=shown.expected, author_name=None, passed_by=passed,
+                       contradicted=sorted(c.model for c in candidates if c.example is False),
+                       raw=None, parse_error=None, consensus=consensus,
+                       graded_passed_by=passed))
+    stats["augment.inputs"] += len(augmented)
+    stats["augment.agreed"] += sum(r["survived"] for r in augmented)
+    for j, row in enumerate(augmented):
+        outcomes = [c.inputs[j] for c in candidates]
+        stats["augment.disagreed"] += any(not o.same(outcomes[0]) for o in outcomes)
+        stats[f"augment.{row['reason'] or 'trusted'}"] += 1
+    stats["instructions_with_example"] += shown is not None
+    stats["contradictory_tests"] += verdict.status == CONTRADICTORY
+    trusted = [r for r in rs if r["survived"]]
+    stats["instructions_all_fail"] += bool(trusted) and not consensus
+    for r in trusted:
+        stats[f"trusted.{r['trusted_by']}"] += 1
+        stats[f"split.{r['split']}"] += 1
+    return rs
+
+
+def run_polyglot(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
+                 authors: list[str], cfg: Any, ctx: Any, base: Callable[..., dict]
+                 ) -> tuple[list[dict], dict[str, float]]:
+    """The rows and stats of every instruction in ``answers`` (none a Python function).
+
+    Args:
+        answers: the answer rows (``instruction_id, instruction, model, code``) per instruction.
+        tasks: each instruction's ``(language, task_kind)``.
+        authors: the test authors.
+        cfg: the stage's ``TestGenConfig``.
+        ctx: the stage context (backends, the sandbox, the seed).
+        base: ``tests._base``: a row with every column at its default.
+    """
+    stats: dict[str, float] = defaultdict(float)
+    out: list[dict] = []
+    entries = {iid: pc.entry_point(rows[0]["instruction"], [r["code"] for r in rows],
+                                   *tasks[iid]) for iid, rows in answers.items()}
+    todo = [iid for iid in answers if entries[iid] is not None]
+    asked = ask_authors([(answers[iid][0]["instruction"], *tasks[iid], entries[iid][0])
+                         for iid in todo], authors, cfg, ctx)
+    position = {iid: k for k, iid in enumerate(todo)}
+    work: list[dict] = []
+    for iid, rows in answers.items():
+        lang, kind = tasks[iid]
+        stats[f"language.{lang}.{kind}.instructions"] += 1
+        if entries[iid] is None:
+            out.extend(dict(base(iid, None, None, None), author=a, test_idx=-1, test_code=None,
+                            reason=NO_ENTRY_POINT) for a in authors)
+            stats["instructions_no_entry_point"] += 1
+            stats["instructions_no_tests"] += 1
+            continue
+        entry, source = entries[iid]
+        replies = {a: asked[a][position[iid]] for a in authors}
+        if kind == FUNCTION and all(r.parse_error for r, _ in replies.values()):
+            # no author gave a case: no signature to find, each reply's error is the reason
+            out.extend(dict(base(iid, None, source, None), entry_point=entry, author=a,
+                            test_idx=-1, test_code=None, reason=PARSE_ERROR,
+                            parse_error=replies[a][0].parse_error, raw=replies[a][1])
+                       for a in authors)
+            stats["instructions_no_tests"] += 1
+            continue
+        example = pc.example_case(rows[0]["instruction"], kind, entry)
+        sig = None
+        try:
+            if kind == FUNCTION:
+                sig = pc.choose_signature(entry, [r for r, _ in replies.values()], lang)
+            if example is not None:
+                pc.check_case(kind, example, sig, lang)
+        except UnsupportedType as exc:
+            if sig is None:
+                out.extend(dict(base(iid, None, source, None), entry_point=entry, author=a,
+                                test_idx=-1, test_code=None, reason=UNSUPPORTED,
+                                parse_error=str(exc), raw=replies[a][1]) for a in authors)
+                stats["instructions_unsupported_type"] += 1
+                stats["instructions_no_tests"] += 1
+                continue
+            example = None
+        except ValueError:
+            example = None
+        row_base = dict(base(iid, None, source, None), entry_point=entry,
+                        signature=pc.signature_text(sig) if sig else None,
+                        example=pc.case_fields(kind, entry, example)[2] if example else None)
+        rs = _rows(row_base, lang, kind, replies, sig)
+        written = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == ""]
+        augmented = [r for r in rs if r["kind"] == AUGMENTED]
+        work.append({"language": lang, "kind": kind, "sig": sig, "rows": rs,
+                     "written": written, "augmented": augmented, "example": example,
+                     "cases": _cases(kind, sig, lang, written, augmented, example),
+                     "answers": [(r["model"], r["code"]) for r in rows]})
+    jobs, where = [], []
+    for w, task in enumerate(work):
+        for c, (_, code) in enumerate(task["answers"]):
+            if code and code.strip() and task["cases"]:
+                try:
+                    jobs.append(_job(task["kind"], task["language"], code, task["sig"],
+                                     task["cases"], cfg))
+                except (ValueError, TypeError):  # checked cases the harness cannot render
+                    stats["harness_errors"] += 1
+                    continue
+                where.append((w, c))
+    results = ctx.sandbox().run_programs(jobs) if jobs else []
+    per_task: list[list] = [[None] * len(t["answers"]) for t in work]
+    for (w, c), result in zip(where, results):
+        per_task[w][c] = result
+    for task, task_results in zip(work, per_task):
+        rs = _finish(task, _candidates(task, task_results, stats), ctx.seed, stats)
+        no_tests = not any(r["survived"] for r in rs)
+        for r in rs:
+            r.pop("_case", None)
+            r.pop("_input", None)
+            r["no_tests"] = no_tests
+        stats["instructions_no_tests"] += no_tests
+        out.extend(rs)
+    return out, dict(stats)
