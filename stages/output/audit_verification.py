@@ -11,6 +11,10 @@ The audit stage adds two sections to ``audit/metrics.json`` from these:
   every verified answer (one row per instruction and model, before repair): how many rows
   each rejects, the 2x2 table on rows both judged, the share where they agree and Cohen's
   kappa.
+* ``languages`` (only when some verify row is not a Python function: its ``language`` and
+  ``task_kind``): per ``<language>.<task_kind>``, the answers, those with trusted tests, the
+  ones that do not compile (an answer's failure, apart from the others) and the verified share
+  of the tested with its exact interval.
 
 Example::
 
@@ -157,4 +161,34 @@ def verification_metrics(verify: pd.DataFrame, repair: pd.DataFrame | None,
         out["repair"] = repair_outcome(repair)
     if all(c in verify.columns for c in GATE_COLUMNS):
         out["gates"] = gate_agreement(verify)
+    languages = language_metrics(verify)
+    if languages:
+        out["languages"] = languages
     return jsonable(out)
+
+
+def language_metrics(verify: pd.DataFrame) -> dict:
+    """Per ``<language>.<task_kind>`` (every task present, once any is not a Python function):
+    ``answers``, ``tested`` (trusted tests), ``compile_errors`` and ``verified`` (of the
+    tested, with its exact interval); ``{}`` for a run of Python functions alone."""
+    from arenaforge.stages.common.task_kinds import row_language, row_task_kind, uses_python_path
+
+    if "language" not in verify.columns and "task_kind" not in verify.columns:
+        return {}
+    n = len(verify)
+    langs = verify["language"] if "language" in verify.columns else [None] * n
+    kinds = verify["task_kind"] if "task_kind" in verify.columns else [None] * n
+    tasks = [(row_language(a), row_task_kind(b)) for a, b in zip(langs, kinds)]
+    if all(uses_python_path(*t) for t in tasks):
+        return {}
+    column = (lambda name: verify[name].tolist() if name in verify.columns else [None] * n)
+    statuses, classes, verified = column("status"), column("error_class"), column("verified")
+    out: dict = {}
+    for key in sorted(set(tasks)):
+        rows = [i for i, t in enumerate(tasks) if t == key]
+        tested = [i for i in rows if statuses[i] != NO_TESTS]
+        out[".".join(key)] = {
+            "answers": len(rows), "tested": len(tested),
+            "compile_errors": sum(classes[i] == "compile_error" for i in tested),
+            "verified": proportion(sum(bool(verified[i]) for i in tested), len(tested))}
+    return out

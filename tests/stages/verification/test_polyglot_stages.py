@@ -256,3 +256,19 @@ def test_a_reply_is_read_as_data_and_types_come_from_the_cases():
     assert pc.signature_text(sig) == "def f(arg1: list[int], arg2: str) -> float"
     assert pc.example_case("Input:\n```\n1 2\n```\nOutput:\n```\n3\n```", "program",
                            "main") == {"stdin": "1 2\n", "stdout": "3\n"}
+
+
+def test_the_audit_reports_each_language_and_its_compile_errors_apart(world):
+    import pandas as pd
+    from arenaforge.stages.output.audit_verification import verification_metrics
+
+    verify = pd.DataFrame(list(world["verify"].values()))
+    languages = verification_metrics(verify, None, {})["languages"]
+    assert set(languages) == {"cpp.function", "javascript.function", "cpp.program"}
+    assert languages["cpp.function"]["compile_errors"] == 1
+    assert languages["javascript.function"]["compile_errors"] == 0
+    for key in languages:
+        assert (languages[key]["answers"], languages[key]["tested"]) == (3, 3)
+        assert (languages[key]["verified"]["k"], languages[key]["verified"]["n"]) == (2, 3)
+    python = verify.assign(language="python", task_kind="function")
+    assert "languages" not in verification_metrics(python, None, {})
