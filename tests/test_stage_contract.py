@@ -8,6 +8,7 @@ import textwrap
 
 import pyarrow as pa
 import pytest
+from arenaforge.pipeline.layout import EMBEDDINGS
 from arenaforge.pipeline.context import UndeclaredReadError
 from arenaforge.pipeline.executors import InlineExecutor
 from arenaforge.pipeline.runner import ContractChainError, check_chain, run_stages
@@ -273,6 +274,7 @@ def test_graph_command_prints_every_stage_and_its_reads():
     assert list(nodes) == list(PIPELINE)
     assert nodes["emit"]["reads"]["difficulty"] == ["instruction_id", "difficulty",
                                                     "difficulty_votes"]
-    assert nodes["emit"]["artifacts"] == ["audit/metrics.json"]
+    # emit reads the audit's metrics and the instructions' embeddings (task dedup)
+    assert nodes["emit"]["artifacts"] == ["audit/metrics.json", EMBEDDINGS]
     text = CliRunner().invoke(app, ["graph", str(root / "configs" / "smoke.yaml")]).output
     assert "reads rate: instruction_id, model, final_score, elo" in text
