@@ -34,3 +34,29 @@ def test_rewordings_of_one_task_keep_the_first_compress_chose(sandbox_pool):
     # far apart in text: never tried
     vectors["sum"] = np.array([0.0, 1.0])
     assert duplicate_tasks(rows, vectors, suites, sandbox_pool, max_distance=0.75) == {}
+
+
+def test_each_rewording_is_tried_against_the_kept_rows_only(sandbox_pool, monkeypatch):
+    from arenaforge.stages.verification import polyglot_grading
+
+    plus = "def plus(x, y):\n    return x + y\n"
+    rows = [{"instruction_id": "add", "code": ADD, "kcenter_rank": 1},
+            {"instruction_id": "sum", "code": SUM, "kcenter_rank": 2},
+            {"instruction_id": "plus", "code": plus, "kcenter_rank": 3}]
+    suites = {"add": suite("add", "add_two_numbers", ["assert add_two_numbers(2, 3) == 5"]),
+              "sum": suite("sum", "add_numbers", ["assert add_numbers(4, 4) == 8"]),
+              "plus": suite("plus", "plus", ["assert plus(1, 1) == 2"])}
+    vectors = {k: np.array([1.0, 0.0]) for k in suites}
+    graded = []
+    real = polyglot_grading.grade_any
+
+    def counting(pool, items, *args, **kwargs):
+        graded.extend(items)
+        return real(pool, items, *args, **kwargs)
+
+    monkeypatch.setattr(polyglot_grading, "grade_any", counting)
+    dropped = duplicate_tasks(rows, vectors, suites, sandbox_pool, max_distance=0.75)
+    # both rewordings repeat the first compress chose, and map to it; "plus" is tried against
+    # "add" only (sum is gone): 2 gradings a pair, 2 pairs, where all pairs would be 3
+    assert dropped == {"sum": "add", "plus": "add"}
+    assert len(graded) == 4
