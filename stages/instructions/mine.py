@@ -46,7 +46,11 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 import pyarrow as pa
-from arenaforge.pipeline.sandbox.languages.catalog import LANGUAGES, resolve_language
+from arenaforge.pipeline.sandbox.languages.catalog import (
+    LANGUAGE_IDS,
+    LANGUAGES,
+    resolve_language,
+)
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.pipeline.textnorm import instruction_id
 from arenaforge.stages.instructions.pre_query import build_pre_query
@@ -150,6 +154,17 @@ class MineConfig(StageConfig):
         ``languages`` and ``task_kinds``."""
         return load_instructions(self.source, self.source_column, self.languages[0],
                                  self.task_kinds[0])
+
+    def languages_used(self) -> dict[str, str]:
+        """The languages the run's rows will be in, ``{id: where it comes from}``, in
+        ``LANGUAGE_IDS`` order: those of ``source`` (its ``language`` column, and the first of
+        ``languages`` for rows without one), else ``languages``. The sandbox stages check their
+        toolchains with it before any model runs."""
+        if self.source is None:
+            return {lang: "mine.languages" for lang in self.languages}
+        found = {r.language for r in self.source_rows()}
+        return {lang: f"the rows of mine.source {self.source}" for lang in LANGUAGE_IDS
+                if lang in found}
 
     def models_used(self) -> list[str]:
         """The model ids mining calls: none when reading ``source``, else the miners (a run

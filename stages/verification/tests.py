@@ -164,6 +164,13 @@ class TestGenConfig(StageConfig):
         "test trusted here does not time out there on a loaded machine")
     memory_mb: int | None = Field(None, ge=32, description="memory limit; None: the sandbox's")
 
+    def sandbox_languages(self, run_cfg: Any) -> dict[str, str]:
+        """The languages this stage compiles and runs, ``{id: where they come from}``: those of
+        the run's rows (``MineConfig.languages_used``). Declared here, the first stage that runs
+        answers (verify, repair and emit run the same ones after it), so that
+        ``arenaforge.pipeline.toolchain_check`` finds a missing toolchain before any model runs."""
+        return run_cfg.stage_config("mine").languages_used()
+
 
 def build_conversation(instruction: str, entry: EntryPoint, n: int,
                        inputs: int | None = None) -> list[dict[str, str]]:
