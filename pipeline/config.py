@@ -53,7 +53,9 @@ class RunnerConfig(_Strict):
     shard_size: int = Field(default=8, ge=1, description="Shard-key values per shard.")
     max_retries: int = Field(default=3, ge=0, description="Ray retries of a shard whose worker died.")
     model_workers: int | None = Field(
-        default=None, ge=1, description="Concurrent shard tasks for LLM stages (default: cores).")
+        default=None, ge=1, description="Concurrent shard tasks for LLM stages (default: cores): "
+        "capped by the cores where a stage's models run here, as many as asked where they are "
+        "all served (backend: openai), since those shards wait on the servers.")
     threads_per_worker: int | None = Field(
         default=None, ge=1, description="llama.cpp threads per worker (default: cores / workers).")
     request_cache: bool = Field(default=True, description="Cache model requests in the run dir.")
@@ -102,8 +104,11 @@ class _RunBase(_Strict):
     sandbox: SandboxConfig = Field(default_factory=SandboxConfig)
     embedding_precision: Precision = Field(
         default="float32", description="sentence-embedding compute type of decontaminate and "
-        "compress (one cache between them); bfloat16: ~3x faster on CPUs with AVX512-BF16 or "
-        "AMX and on GPUs, cosines within 1e-4 of float32's (arenaforge.stages.common.embeddings)")
+        "compress (one cache between them); bfloat16: ~2-3x faster on CPUs with AVX512-BF16 or "
+        "AMX and on GPUs, the same decontamination decisions, but compress can keep another "
+        "member of a group of rewordings and order its picks differently after that "
+        "(arenaforge.pipeline.embedder); auto: bfloat16 where the processor computes it "
+        "natively, else float32")
 
     @field_validator("stages")
     @classmethod

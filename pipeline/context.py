@@ -90,7 +90,7 @@ class RunContext:
     """
 
     def __init__(self, run_dir: Path | str, config: Any, threads: int | None = None,
-                 stage: Any = None, engines: Any = None):
+                 stage: Any = None, engines: Any = None, embeddings: Any = None):
         # a Path when local, the URI string when remote (Path("s3://b") would drop a slash)
         self.run_dir = run_dir if is_uri(run_dir) else Path(run_dir)
         self.config = config
@@ -98,23 +98,27 @@ class RunContext:
         self.threads = threads or max(1, os.cpu_count() or 1)
         self.stage = stage  # the StageSpec this context serves (None: unrestricted, for tools)
         self.engines = engines  # the run's engine directory on Ray (arenaforge.pipeline.engines), or None
+        # the run's embedding service on Ray (arenaforge.pipeline.embedding_service), or None
+        self.embeddings = embeddings
         self.model_seconds = 0.0
         self.cache = {"hits": 0, "misses": 0}  # request-cache counts of this shard
         self.progress_rows = 0
 
     def __getstate__(self) -> dict[str, Any]:
         return {"run_dir": self.run_dir, "config": self.config, "threads": self.threads,
-                "stage": self.stage, "engines": self.engines}
+                "stage": self.stage, "engines": self.engines, "embeddings": self.embeddings}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self.__init__(state["run_dir"], state["config"], state["threads"], state.get("stage"),
-                      state.get("engines"))
+                      state.get("engines"), state.get("embeddings"))
 
-    def for_stage(self, spec: Any, threads: int | None = None, engines: Any = None) -> RunContext:
+    def for_stage(self, spec: Any, threads: int | None = None, engines: Any = None,
+                  embeddings: Any = None) -> RunContext:
         """A fresh context for one stage's workers (``threads`` per model worker; ``engines``:
-        the engine directory that serves local models on Ray)."""
+        the engine directory that serves local models on Ray; ``embeddings``: the embedding
+        service there)."""
         return RunContext(self.run_dir, self.config, threads or self.threads, stage=spec,
-                          engines=engines)
+                          engines=engines, embeddings=embeddings)
 
     def store(self) -> RunStore:
         """The run directory's store (local caches under ``runner.local_cache_dir`` if set)."""
@@ -178,16 +182,20 @@ class RunContext:
                                                 cache_store=self.request_cache_store())
             return _TimedBackend(_BACKENDS[key], self)
 
-    @staticmethod
-    def embedder(model_path: Path, device: str | None = None) -> Any:
-        """A local sentence-transformers model, loaded once per process (like a backend)."""
+    def embedder(self, model_path: Path, device: str | None = None) -> Any:
+        """The sentence-embedding model (``arenaforge.pipeline.embedder``): on Ray the run's
+        embedding service, which loads it once for the run; else this process's, loaded once
+        per process (like a backend)."""
+        if self.embeddings is not None:
+            from arenaforge.pipeline.embedding_service import RemoteEmbedder
+
+            return RemoteEmbedder(self.embeddings, model_path, device)
         key = (str(model_path), device)
         with _LOCK:
             if key not in _EMBEDDERS:
-                from sentence_transformers import SentenceTransformer
+                from arenaforge.pipeline.embedder import LocalEmbedder
 
-                _EMBEDDERS[key] = SentenceTransformer(str(model_path), device=device,
-                                                      local_files_only=True)
+                _EMBEDDERS[key] = LocalEmbedder(model_path, device)
             return _EMBEDDERS[key]
 
     # -- sandbox ----------------------------------------------------------------------------
@@ -290,10 +298,20 @@ def release_backends(keep: set[str]) -> list[str]:
     return sorted(set(closed))
 
 
+def release_embedders() -> None:
+    """Close this process's sentence-embedding models (an inline run, after the last stage
+    that embeds: their memory is not needed by the model stages that follow)."""
+    with _LOCK:
+        embedders = list(_EMBEDDERS.values())
+        _EMBEDDERS.clear()
+    for embedder in embedders:
+        embedder.close()
+
+
 def close_process_resources() -> None:
     """Close cached backends and sandbox pools (end of run, or between tests)."""
     with _LOCK:
-        for obj in list(_BACKENDS.values()) + list(_SANDBOX.values()):
+        for obj in list(_BACKENDS.values()) + list(_SANDBOX.values()) + list(_EMBEDDERS.values()):
             try:
                 obj.close()
             except Exception as exc:  # noqa: BLE001 - best effort: the run is ending anyway

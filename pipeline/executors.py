@@ -2,15 +2,23 @@
 
 Both executors take the same jobs and yield each shard's marker as it completes, so the runner
 (and the stages) cannot tell them apart. On Ray every shard is a task (one CPU, retried when its
-worker dies; ``runner.task_gpus`` gives a stage's tasks GPUs too, for the embedding stages); the
-models a model stage calls live in engine pools, one per model, started by the first stage that
-uses it and released when the next model stage does not (``arenaforge.pipeline.engines``), which
-restart and retry their calls when their process dies.
+worker dies; ``runner.task_gpus`` gives a stage's tasks GPUs too); the models a model stage calls
+live in engine pools, one per model, started by the first stage that uses it and released when
+the next model stage does not (``arenaforge.pipeline.engines``), which restart and retry their
+calls when their process dies. The sentence-embedding model lives in one embedding service
+(``arenaforge.pipeline.embedding_service``) from the first stage that embeds to the last; it
+takes those stages' ``task_gpus``.
+
+How many shards run at once depends on what a stage waits on: a CPU stage, or one whose models
+run here (llama.cpp, vLLM engines), one a core; a stage whose models are all served
+(``backend: openai``) ``runner.model_workers`` of them, whatever the cores, each on a share of
+a core, since they wait on the servers.
 """
 
 from __future__ import annotations
 
 import logging
+import math
 import os
 from collections.abc import Iterator
 from typing import Any
@@ -32,14 +40,24 @@ class InlineExecutor:
     def __init__(self, cpus: int | None = None):
         self.cpus = cpus or os.cpu_count() or 1
 
-    def parallelism(self, spec: StageSpec) -> int:
+    def parallelism(self, spec: StageSpec, cfg: StageConfig | None = None,
+                    ctx: Any = None) -> int:
         return 1
 
-    def threads(self, spec: StageSpec) -> int:
+    def threads(self, spec: StageSpec, cfg: StageConfig | None = None, ctx: Any = None) -> int:
         return self.cpus
 
     def engines(self, ctx: Any) -> None:
         return None  # models load in this process (arenaforge.pipeline.context caches them)
+
+    def embeddings(self, ctx: Any) -> None:
+        return None  # the embedding model loads in this process, once (RunContext.embedder)
+
+    def release_embeddings(self) -> None:
+        """Drop this process's embedding models (after the last stage that embeds)."""
+        from arenaforge.pipeline.context import release_embedders
+
+        release_embedders()
 
     def release_engines(self, keep: set[str]) -> list[str]:
         """Close the models this process loaded that the next model stage does not use."""
@@ -96,6 +114,11 @@ class RayExecutor:
         # 22-24 tok/s with spinning OpenMP threads and 14.6 with OMP_WAIT_POLICY=PASSIVE, which
         # it needs to survive sharing the cores (spinning: 2.4 tok/s each when two run at once).
         self.model_workers = min(model_workers or self.cpus, self.cpus)
+        # A stage whose models are all served waits on the servers, not on these cores: it
+        # runs as many shards at once as runner.model_workers asks, above the core count too
+        # (each keeps its backend's max_concurrency requests in flight), on a share of a core
+        # each. Unset: one a core, as before.
+        self.served_workers = model_workers or self.cpus
         # a worker's threads must fit on one node (six CPUs over three nodes is two a node)
         node_cpus = max([int(n["Resources"].get("CPU", 0)) for n in ray.nodes() if n["Alive"]]
                         or [self.cpus])
@@ -105,14 +128,48 @@ class RayExecutor:
         self.task_gpus = dict(task_gpus or {})  # stage name -> GPUs of each of its tasks
         self.gpu_memory_gb = gpu_memory_gb  # set: place engines by the placement plan
         self.plan: Any = None  # the RunPlan the engines were placed by
+        self._embeddings: Any = None  # the embedding service actor, while a stage needs it
+        self.embedding_stats: list[dict[str, Any]] = []  # what each service did, once stopped
 
-    def parallelism(self, spec: StageSpec) -> int:
-        """Shards of ``spec`` that run at once (the runner plans shard counts as multiples)."""
-        return self.model_workers if spec.uses_models else self.cpus
+    def parallelism(self, spec: StageSpec, cfg: StageConfig | None = None,
+                    ctx: Any = None) -> int:
+        """Shards of ``spec`` that run at once (the runner plans shard counts as multiples):
+        a core each for CPU work and local engines, ``served_workers`` for a stage that only
+        waits on servers (known from ``cfg`` and ``ctx``'s registry)."""
+        if not spec.uses_models:
+            return self.cpus
+        if cfg is not None and ctx is not None and self.waits_on_servers(spec, cfg, ctx):
+            return self.served_workers
+        return self.model_workers
 
-    def threads(self, spec: StageSpec) -> int:
+    def threads(self, spec: StageSpec, cfg: StageConfig | None = None, ctx: Any = None) -> int:
         """Threads one worker of ``spec`` may use (a CPU task gets one core)."""
-        return self.threads_per_model_worker if spec.uses_models else 1
+        if not spec.uses_models or (cfg is not None and ctx is not None
+                                    and self.waits_on_servers(spec, cfg, ctx)):
+            return 1
+        return self.threads_per_model_worker
+
+    @staticmethod
+    def waits_on_servers(spec: StageSpec, cfg: StageConfig, ctx: Any) -> bool:
+        """Whether every model the stage calls is served (``backend: openai``): its shards then
+        wait on HTTP, and their number is not bounded by this machine's cores."""
+        if not spec.uses_models:
+            return False
+        from arenaforge.pipeline.models import stage_models
+
+        registry = ctx.registry()
+        used = stage_models(cfg, set(registry)) or set(getattr(ctx.config, "experts", ()))
+        return bool(used) and all(m in registry and registry[m].backend == "openai"
+                                  for m in used)
+
+    def _task_cpus(self, spec: StageSpec, cfg: StageConfig, ctx: Any) -> float:
+        """The CPU one shard task asks Ray for: a served stage's tasks share the cores so that
+        ``served_workers`` of them run at once (they mostly wait on sockets)."""
+        if self.served_workers > self.cpus and self.waits_on_servers(spec, cfg, ctx):
+            # rounded down to Ray's resource precision (1e-4): 3 x 0.6667 CPUs would not fit
+            # on 2, and the third shard would wait
+            return math.floor(self.cpus / self.served_workers * 10_000) / 10_000
+        return 1
 
     def engines(self, ctx: Any) -> Any:
         """The run's engine directory (started on the first model stage, kept to the end).
@@ -138,6 +195,28 @@ class RayExecutor:
                 placements)
         return self._directory
 
+    def embeddings(self, ctx: Any) -> Any:
+        """The run's embedding service (``arenaforge.pipeline.embedding_service``), started
+        by the first stage that embeds; it loads each model on its first request."""
+        if self._embeddings is None:
+            from arenaforge.pipeline.embedding_service import start_service
+
+            node_cpus = max([int(n["Resources"].get("CPU", 0))
+                             for n in self.ray.nodes() if n["Alive"]] or [self.cpus])
+            gpus = max([v for k, v in self.task_gpus.items()
+                        if k in ("decontaminate", "compress")] or [0.0])
+            self._embeddings = start_service(node_cpus, gpus)
+        return self._embeddings
+
+    def release_embeddings(self) -> None:
+        """Stop the embedding service (after the last stage that embeds); what it did is kept
+        for ``loaded_models``."""
+        if self._embeddings is not None:
+            from arenaforge.pipeline.embedding_service import stop_service
+
+            self.embedding_stats.extend(stop_service(self._embeddings))
+            self._embeddings = None
+
     def release_engines(self, keep: set[str]) -> list[str]:
         """Stop the engine pools the next model stage does not use (their GPUs go back)."""
         if self._directory is None:
@@ -145,10 +224,12 @@ class RayExecutor:
         return self.ray.get(self._directory.release_except.remote(sorted(keep)))
 
     def loaded_models(self) -> dict[str, list[dict[str, Any]]]:
-        """Per model, the replicas loaded so far (pid, GPU ids, load seconds)."""
-        if self._directory is None:
-            return {}
-        return self.ray.get(self._directory.loaded.remote())
+        """Per model, the replicas loaded so far (pid, GPU ids, load seconds); the embedding
+        models under ``embeddings:<model directory>`` (load seconds, texts, seconds embedding)."""
+        out = {} if self._directory is None else self.ray.get(self._directory.loaded.remote())
+        for stats in self.embedding_stats:
+            out.setdefault(f"embeddings:{stats['model']}", []).append(stats)
+        return out
 
     @staticmethod
     def calls_engines(spec: StageSpec, cfg: StageConfig, ctx: Any) -> bool:
@@ -177,9 +258,12 @@ class RayExecutor:
         # default run's mine stage had 4 running for 2 engines). Any other stage keeps one more
         # shard queued per worker, which Ray hands to the worker that frees first without
         # waiting for this loop (that wait was 8-38 ms a shard at 50k instructions).
-        depth = self.parallelism(spec) * (1 if self.calls_engines(spec, cfg, ctx) else 2)
-        task = ray.remote(_run_task).options(num_cpus=1, max_retries=self.max_retries,
-                                             num_gpus=self.task_gpus.get(spec.name, 0))
+        depth = self.parallelism(spec, cfg, ctx) * (1 if self.calls_engines(spec, cfg, ctx)
+                                                     else 2)
+        # an embedding stage's GPU share goes to the embedding service, which embeds for it
+        gpus = 0 if spec.uses_embeddings else self.task_gpus.get(spec.name, 0)
+        task = ray.remote(_run_task).options(num_cpus=self._task_cpus(spec, cfg, ctx),
+                                             max_retries=self.max_retries, num_gpus=gpus)
         # the stage's arguments go to the object store once, not with every shard
         spec_ref, cfg_ref, ctx_ref = ray.put(spec), ray.put(cfg), ray.put(ctx)
         queue = list(jobs)
@@ -204,6 +288,7 @@ class RayExecutor:
 
     def close(self) -> None:
         # engines end with the run; the Ray session outlives it so tests and notebooks reuse it
+        self.release_embeddings()
         if self._directory is not None:
             try:
                 self.ray.get(self._directory.shutdown.remote(), timeout=120)

@@ -193,8 +193,9 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
               shard_size: int, progress: Progress | None = None) -> StageCounts:
     """Bring one stage to completion (skipping what is already done); returns its counts."""
     stage_store = store.stage(spec.name)
-    ctx = ctx.for_stage(spec, executor.threads(spec),
-                        executor.engines(ctx) if spec.uses_models else None)
+    ctx = ctx.for_stage(spec, executor.threads(spec, cfg, ctx),
+                        executor.engines(ctx) if spec.uses_models else None,
+                        executor.embeddings(ctx) if spec.uses_embeddings else None)
     planned = spec.plan(cfg, ctx) if spec.plan is not None else None
     if planned is not None:
         missing = [c for c in spec.inputs if c not in planned.column_names]
@@ -212,7 +213,7 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         log.info("stage %s is recomputed: %s", spec.name, recomputed)
     stage_store.clear_success()
 
-    parallelism = executor.parallelism(spec)
+    parallelism = executor.parallelism(spec, cfg, ctx)
     # a shard is reusable only if made from the same rows by the same stage version (code,
     # prompts, config): a killed attempt's shards resume, an upgraded stage's are recomputed
     shards: list[pa.Table] | list[ShardRef]
@@ -304,11 +305,15 @@ def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunConte
     registry = ctx.registry() if any(s.uses_models for s in specs) else {}
     used = stage_model_sets(specs, stage_cfgs, set(registry), getattr(ctx.config, "experts", ()))
     on_cpu = {m for m, spec in registry.items() if not holds_gpu(spec)}  # never released
+    # the embedding model lives from the first stage that embeds to the last (one load a run)
+    last_embedding = max((i for i, s in enumerate(specs) if s.uses_embeddings), default=-1)
     with Progress(enabled=show_progress) as progress:
         for i, spec in enumerate(specs):
             funnel = funnel.plus(run_stage(spec, stage_cfgs[spec.name], ctx, store, executor,
                                            shard_size, progress))
             executor.release_engines(models_to_keep(used, i) | on_cpu)
+            if i == last_embedding:
+                executor.release_embeddings()
     _write_run_summary(store, funnel)
     return funnel
 

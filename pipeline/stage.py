@@ -81,6 +81,11 @@ class StageContext(Protocol):
     def sandbox(self) -> Any:
         """A sandbox pool (arenaforge.pipeline.sandbox) shared by the process."""
 
+    def embedder(self, model_path: Path, device: str | None = None) -> Any:
+        """A sentence-embedding model (``embed(texts, batch_size, precision)``,
+        ``precision(asked)``: ``arenaforge.pipeline.embedder``), loaded once for the run on Ray,
+        once per process inline; only for stages whose spec sets ``uses_embeddings``."""
+
     def advance(self, rows: int) -> None:
         """Report progress inside a shard (rows finished); optional to call."""
 
@@ -135,6 +140,8 @@ class StageSpec:
             ``prompts/`` folder beside the stage: ``arenaforge.pipeline.prompts``; or absolute
             paths); their text is part of the stage's resume fingerprint, like its code.
         uses_models: True when the stage calls LLM backends (the runner sizes its pool).
+        uses_embeddings: True when the stage embeds text through ``ctx.embedder`` (the runner
+            keeps the run's embedding service from the first such stage to the last).
     """
 
     name: str
@@ -151,6 +158,7 @@ class StageSpec:
     artifacts: tuple[str, ...] = ()
     prompts: tuple[str, ...] = ()
     uses_models: bool = False
+    uses_embeddings: bool = False
 
     def __post_init__(self) -> None:
         if (self.source is None) == (self.plan is None):

@@ -1,6 +1,7 @@
 """The runner on a real local Ray: same rows as inline, and dead workers are retried."""
 
 import errno
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -11,6 +12,8 @@ from arenaforge.pipeline.stage import StageSpec
 from arenaforge.pipeline.store import RunStore
 
 from tests.toy_pipeline import GEN, SQUARE, SquareConfig, run_toy, square_run
+
+ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_ray_matches_expected_rows(tmp_path, ray_local):
@@ -103,3 +106,81 @@ def test_a_shard_error_reaches_the_runner_as_raised_not_wrapped_by_ray(tmp_path,
         assert exc.errno == errno.ENOSPC and exc.filename.endswith("part.parquet")
     else:
         assert str(exc).startswith("cannot reach") and "Traceback" not in str(exc)
+
+
+class ServedSquareConfig(SquareConfig):
+    model: str = "qwen2.5-coder-7b"  # served (backend: openai) in configs/models-served.yaml
+
+
+def served_square_run(table, cfg, ctx):
+    import time
+
+    start = time.time()
+    out = square_run(table, cfg, ctx)
+    return (out.append_column("start", pa.array([start] * out.num_rows))
+            .append_column("end", pa.array([time.time()] * out.num_rows)))
+
+
+def test_a_served_stage_runs_more_shards_at_once_than_there_are_cores(tmp_path, ray_local):
+    # shards that wait on servers are not bounded by the cores: model_workers=4 on 2 CPUs runs
+    # four at once (each task asks Ray for half a CPU); the shards here only sleep, as a shard
+    # waiting on its HTTP replies does
+    from types import SimpleNamespace
+
+    from arenaforge.pipeline.context import RunContext
+    from arenaforge.pipeline.runner import run_stages
+
+    from tests.toy_pipeline import GenConfig
+
+    served = StageSpec(name="square", config=ServedSquareConfig, run=served_square_run,
+                       source="gen", inputs=("i",), outputs=("square",), uses_models=True)
+    cfg = SimpleNamespace(seed=0, runner=SimpleNamespace(request_cache=False),
+                          models_file=ROOT / "configs" / "models-served.yaml")
+    store = RunStore(tmp_path)
+    store.open("toy", "toy: true\n")
+    executor = RayExecutor(model_workers=4)
+    assert executor.cpus == 2
+    funnel = run_stages([GEN, served], {"gen": GenConfig(n=8),
+                                        "square": ServedSquareConfig(sleep_s=3.0)},
+                        RunContext(tmp_path, cfg, threads=1), store, executor, 1,
+                        show_progress=False)
+    out = store.stage("square").read()
+    spans = sorted(set(zip(out.column("start").to_pylist(), out.column("end").to_pylist())))
+    assert len(spans) == 8
+    most_at_once = max(sum(1 for s, e in spans if s <= t < e) for t, _ in spans)
+    assert most_at_once > executor.cpus, spans
+    assert funnel[-1].workers == 4
+
+
+@pytest.mark.parametrize(("config", "stage", "expected"), [
+    ("configs/openai.yaml", "answer", 4),     # served: as many as model_workers asks
+    ("configs/openai.yaml", "judge", 4),
+    ("configs/default.yaml", "answer", 2),    # llama.cpp here: capped by the 2 cores
+    ("configs/openai.yaml", "clean", 2),      # CPU stage: one a core
+    ("configs/openai.yaml", "decontaminate", 2),
+])
+def test_parallelism_follows_what_a_stage_waits_on(tmp_path, ray_local, config, stage, expected):
+    from arenaforge.pipeline.config import load_config
+    from arenaforge.pipeline.context import RunContext
+    from arenaforge.stages import get_stage
+
+    cfg = load_config(config)
+    ctx = RunContext(tmp_path, cfg, threads=1)
+    executor = RayExecutor(model_workers=4)
+    spec, stage_cfg = get_stage(stage), cfg.stage_config(stage)
+    assert executor.parallelism(spec, stage_cfg, ctx) == expected
+    served = expected > executor.cpus
+    # a served shard holds no model: one thread, and a share of a core so that four fit on two
+    assert executor.threads(spec, stage_cfg, ctx) == (1 if served or not spec.uses_models
+                                                      else executor.threads_per_model_worker)
+    assert executor._task_cpus(spec, stage_cfg, ctx) == (0.5 if served else 1)
+
+
+def test_a_task_share_of_a_core_is_rounded_down_to_what_ray_can_fit(ray_local):
+    # 2 CPUs / 3 workers: 0.6667 each would need 2.0001 CPUs for three, and one would wait
+    from unittest import mock
+
+    executor = RayExecutor(model_workers=3)
+    with mock.patch.object(RayExecutor, "waits_on_servers", return_value=True):
+        share = executor._task_cpus(None, None, None)
+    assert share == 0.6666 and 3 * share <= executor.cpus

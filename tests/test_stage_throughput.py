@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import importlib.util
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_non_model_stages_keep_their_throughput(tmp_path):
     if self_check(SandboxConfig()):
         pytest.skip(f"sandbox isolation unavailable: {self_check(SandboxConfig())}")
     # the model's loading is not the stage's work (the context keeps it for the process)
-    RunContext.embedder(resolve_model_path(None))
+    RunContext(tmp_path, SimpleNamespace(seed=0)).embedder(resolve_model_path(None)).model()
     harness = _harness()
     results = harness.main(harness.parse_args(["--size", "400", "--run-dir",
                                                str(tmp_path / "run")]))

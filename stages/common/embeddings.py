@@ -10,11 +10,15 @@ separator anyway: the token ids, hence the embeddings, are those of the raw text
 embedding)``, raw float32 (unnormalised) vectors; the store writes each part atomically, so
 concurrent or killed runs leave whole parts only.
 
-``precision``: ``float32`` (default), or ``bfloat16``, which runs the model under
-``torch.autocast``: measured here (AVX512-BF16 CPU, one thread, MiniLM, 256 bench
-instructions) 2.9x faster, every embedding within cosine 0.99996 of its float32 one. It pays
-on CPUs with AVX512-BF16 or AMX and on GPUs; elsewhere bfloat16 is emulated and slower. Its
-vectors have a cache of their own (``<model_key>-bfloat16``): the two never mix in one run.
+``precision``: ``float32`` (default), ``bfloat16`` (the model under ``torch.autocast``: 2.9x
+faster per text on an AVX512-BF16 CPU, every embedding within cosine 0.99996 of its float32
+one) or ``auto`` (``bfloat16`` where the processor computes it natively, else ``float32``); see
+``arenaforge.pipeline.embedder``, which also says what bfloat16 keeps and what it does not. The
+cache is named by the precision the embedder resolved (``<model_key>-bfloat16``): the two never
+mix in one run.
+
+Where the model runs is the context's business (``ctx.embedder``): on Ray, one embedding
+service per run, which loads the model once; inline, once per process.
 
 Example (an embed function that counts its calls, and a cache held in memory)::
 
@@ -43,6 +47,7 @@ from typing import Any, Literal
 
 import numpy as np
 import pyarrow as pa
+from arenaforge.pipeline.embedder import Precision
 from arenaforge.pipeline.stage import TableCache
 from arenaforge.pipeline.textnorm import instruction_id, normalize_text
 
@@ -76,23 +81,20 @@ def model_key(model_path: Path) -> str:
     return h.hexdigest()[:16]
 
 
-Precision = Literal["float32", "bfloat16"]
-
-
-def cache_name(model_path: Path, precision: Precision = "float32") -> str:
-    """The run cache's directory for one model's embeddings at one precision."""
+def cache_name(model_path: Path, precision: str = "float32") -> str:
+    """The run cache's directory for one model's embeddings at one (resolved) precision."""
     key = model_key(model_path)
     return f"embeddings/{key}" if precision == "float32" else f"embeddings/{key}-{precision}"
 
 
-def load_model(model_path: Path, device: str | None = None, ctx: Any = None) -> Any:
-    """The sentence-transformers model: the context's (loaded once per process) when there is
-    one, else a fresh load (the stage keeps no model cache of its own)."""
+def embedder_for(model_path: Path, device: str | None = None, ctx: Any = None) -> Any:
+    """The embedder: the context's (the run's service on Ray, the process's inline) when there
+    is one, else one of its own (``arenaforge.pipeline.embedder.LocalEmbedder``)."""
     if ctx is not None and callable(getattr(ctx, "embedder", None)):
         return ctx.embedder(model_path, device)
-    from sentence_transformers import SentenceTransformer
+    from arenaforge.pipeline.embedder import LocalEmbedder
 
-    return SentenceTransformer(str(model_path), device=device, local_files_only=True)
+    return LocalEmbedder(model_path, device)
 
 
 def embed_texts(texts: list[str], model_path: Path, batch_size: int = 64,
@@ -100,17 +102,7 @@ def embed_texts(texts: list[str], model_path: Path, batch_size: int = 64,
                 precision: Precision = "float32") -> np.ndarray:
     """(len(texts), d) float32 raw (unnormalised) sentence embeddings, in batches
     (``precision``: the model's compute type; see the module docstring)."""
-    import contextlib
-
-    import torch
-
-    model = load_model(model_path, device, ctx)
-    compute = (torch.autocast(model.device.type, dtype=torch.bfloat16)
-               if precision == "bfloat16" else contextlib.nullcontext())
-    with compute:
-        out = model.encode(texts, batch_size=batch_size, convert_to_tensor=True,
-                           normalize_embeddings=False, show_progress_bar=False)
-    return out.float().cpu().numpy()
+    return embedder_for(model_path, device, ctx).embed(list(texts), batch_size, precision)
 
 
 def _part_name(keys: Sequence[str]) -> str:
@@ -178,9 +170,13 @@ def embed_cached(texts: Sequence[str], ctx: Any, model: str | None, batch_size: 
         The embeddings, how many came from the cache, and the model directory used.
     """
     model_path = resolve_model_path(model)
+    embedder = embedder_for(model_path, device, ctx)
+    precision = embedder.precision(precision)  # the cache is named by what is computed
     cache = ctx.table_cache(cache_name(model_path, precision)) if ctx is not None else None
-    embed = functools.partial(embed_texts, model_path=model_path, batch_size=batch_size,
-                              device=device, ctx=ctx, precision=precision)
+
+    def embed(texts: list[str]) -> np.ndarray:
+        return embedder.embed(texts, batch_size, precision)
+
     vecs, cached = cached_embeddings(texts, embed, cache, lookup)
     return vecs, cached, model_path
 

@@ -266,5 +266,6 @@ def run(table: pa.Table, cfg: DecontaminateConfig, ctx) -> StageResult:
 
 
 STAGE = StageSpec(name="decontaminate", config=DecontaminateConfig, run=run,
-                  source="difficulty", inputs=("instruction_id", "instruction"),
+                  source="difficulty", uses_embeddings=True,
+                  inputs=("instruction_id", "instruction"),
                   outputs=("instruction_id", "instruction"))

@@ -51,6 +51,7 @@ from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.stages.common.embeddings import (
     Precision,
     embed_cached,
+    embedder_for,
     model_key,
     unit_rows,
     vector_table,
@@ -122,9 +123,10 @@ def run(table: pa.Table, cfg: CompressConfig, ctx: Any) -> StageResult:
         return StageResult(empty.append_column("kcenter_radius", pa.array([], pa.float32())))
     table = table.take(pc.sort_indices(table, [("instruction_id", "ascending")]))
     texts = table.column("instruction").to_pylist()
-    precision = cfg.precision or "float32"
     emb, cached, model_path = embed_cached(texts, ctx, cfg.model, batch_size=cfg.batch_size,
-                                           device=cfg.device, precision=precision)
+                                           device=cfg.device,
+                                           precision=cfg.precision or "float32")
+    precision = embedder_for(model_path, cfg.device, ctx).precision(cfg.precision or "float32")
     if cfg.normalize:
         emb = unit_rows(emb)
     ids = table.column("instruction_id").to_pylist()
@@ -200,5 +202,5 @@ def embeddings_table(ids: list[str], emb: np.ndarray, model_path: Path,
 
 
 STAGE = StageSpec(name="compress", config=CompressConfig, run=run, source="decontaminate",
-                  sharded=False, inputs=("instruction_id", "instruction"),
+                  sharded=False, uses_embeddings=True, inputs=("instruction_id", "instruction"),
                   outputs=("kcenter_rank", "kcenter_radius"))

@@ -69,9 +69,10 @@ def test_an_exact_lookup_reads_only_the_part_of_exactly_its_texts(tmp_path):
 
 
 def test_normalising_does_not_change_minilm_tokens():
-    from arenaforge.stages.common.embeddings import load_model, resolve_model_path
+    from arenaforge.pipeline.embedder import LocalEmbedder
+    from arenaforge.stages.common.embeddings import resolve_model_path
 
-    tok = load_model(resolve_model_path(None), None).tokenizer
+    tok = LocalEmbedder(resolve_model_path(None)).model().tokenizer
     for text in TEXTS:
         assert tok(text)["input_ids"] == tok(normalize_text(text))["input_ids"]
 

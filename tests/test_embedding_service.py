@@ -1,0 +1,109 @@
+"""The run's embedding service on a real local Ray: decontaminate and compress share one model,
+loaded once by one actor (no shard task loads it), released after the last stage that embeds,
+and the rows are those of an inline run, which loads the model in its own process."""
+
+from __future__ import annotations
+
+import os
+import sys
+
+import pyarrow as pa
+import pytest
+from arenaforge.pipeline.executors import InlineExecutor, RayExecutor
+from arenaforge.pipeline.stage import StageConfig, StageSpec
+from arenaforge.pipeline.store import RunStore
+from arenaforge.pipeline.textnorm import instruction_id
+from arenaforge.stages.common.embeddings import resolve_model_path
+from arenaforge.stages.instructions import decontaminate
+from arenaforge.stages.output import compress
+
+from tests.toy_pipeline import toy_ctx
+
+TEXTS = [
+    # rewordings of one task: compress keeps one, drops the rest as semantic_duplicate
+    "Write a Python function that calculates the factorial of a given number.",
+    "Create a Python function to calculate the factorial of a given number.",
+    "Can you create a Python function that calculates the factorial of a number?",
+    # only the embedding check catches it (HumanEval/55): decontaminate drops it
+    "Write a Python function that returns the n-th Fibonacci number.",
+    "Write a SQL query that counts orders per customer.",
+    "Write a short poem about the ocean at sunset.",
+    "Use the requests library to fetch JSON from a REST API endpoint.",
+    "Implement insertion sort on a Python list of ints.",
+    "Write a Python function that parses an ISO 8601 date string into a datetime object.",
+    "Implement an LRU cache class in Python with get and put in constant time.",
+    "Write a function that flattens an arbitrarily nested list of integers.",
+    "Write a Python function that validates an IPv4 address given as a string.",
+]
+
+
+class SourceConfig(StageConfig):
+    pass
+
+
+def source_plan(cfg, ctx) -> pa.Table:
+    return pa.table({"instruction_id": [instruction_id(t) for t in TEXTS], "instruction": TEXTS})
+
+
+def probe_run(table: pa.Table, cfg, ctx) -> pa.Table:
+    """Whether the shard's worker process ever imported sentence-transformers (a model load)."""
+    return table.append_column("worker_pid", pa.array([os.getpid()] * table.num_rows)).append_column(
+        "worker_loaded_model",
+        pa.array(["sentence_transformers" in sys.modules] * table.num_rows))
+
+
+# named as the stage decontaminate reads from
+SOURCE = StageSpec(name="difficulty", config=SourceConfig, run=lambda t, c, x: t,
+                   plan=source_plan, outputs=("instruction_id", "instruction"))
+PROBE = StageSpec(name="probe", config=SourceConfig, run=probe_run, source="compress",
+                  inputs=("instruction_id",), outputs=("worker_loaded_model",))
+SPECS = [SOURCE, decontaminate.STAGE, compress.STAGE, PROBE]
+
+
+def _run(run_dir, executor):
+    from arenaforge.pipeline.runner import run_stages
+
+    cfgs = {"difficulty": SourceConfig(), "decontaminate": decontaminate.DecontaminateConfig(),
+            "compress": compress.CompressConfig(), "probe": SourceConfig()}
+    store = RunStore(run_dir)
+    store.open("embed", "embed: true\n")
+    run_stages(SPECS, cfgs, toy_ctx(run_dir), store, executor, 4, show_progress=False)
+    return store
+
+
+def _rows(store: RunStore, stage: str, which: str = "kept") -> list[dict]:
+    return store.stage(stage).read(which).sort_by("instruction_id").to_pylist()
+
+
+@pytest.mark.models
+def test_two_embedding_stages_share_one_model_loaded_once_on_ray(tmp_path, ray_local):
+    executor = RayExecutor()
+    try:
+        store = _run(tmp_path / "ray", executor)
+        # released by the runner after compress, the last stage that embeds (before close)
+        assert executor.embedding_stats, "the service was not stopped after compress"
+        loaded = executor.loaded_models()
+    finally:
+        executor.close()
+    model = f"embeddings:{resolve_model_path(None)}"
+    assert [k for k in loaded if k.startswith("embeddings:")] == [model]
+    (service,) = loaded[model]  # one model load for the whole run
+    assert service["load_seconds"] > 0
+    # the requests and HumanEval's 164 docstrings (each shard that misses the cache embeds
+    # those too); compress found the requests' vectors in the run's cache
+    assert service["texts"] >= len(TEXTS) + 164
+    assert store.stage("decontaminate").success()["shards"] == 4  # from several tasks
+    # no shard task's process loaded a model (the probe runs in the same pool of workers)
+    probe = _rows(store, "probe")
+    assert probe and not any(r["worker_loaded_model"] for r in probe)
+    assert service["pid"] not in {r["worker_pid"] for r in probe}
+
+    # the rows are those of an inline run (one model in this process), decisions and picks alike
+    inline = _run(tmp_path / "inline", InlineExecutor(1))
+    for stage in ("decontaminate", "compress"):
+        for which in ("kept", "dropped"):
+            assert _rows(store, stage, which) == _rows(inline, stage, which), (stage, which)
+    assert [r["reason"] for r in _rows(store, "decontaminate", "dropped")] == [
+        "embedding_similarity"]
+    assert [r["reason"] for r in _rows(store, "compress", "dropped")] == [
+        "semantic_duplicate"] * 2
