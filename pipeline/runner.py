@@ -194,8 +194,7 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
     """Bring one stage to completion (skipping what is already done); returns its counts."""
     stage_store = store.stage(spec.name)
     ctx = ctx.for_stage(spec, executor.threads(spec, cfg, ctx),
-                        executor.engines(ctx) if spec.uses_models else None,
-                        executor.embeddings(ctx) if spec.uses_embeddings else None)
+                        executor.engines(ctx) if spec.uses_models else None)
     planned = spec.plan(cfg, ctx) if spec.plan is not None else None
     if planned is not None:
         missing = [c for c in spec.inputs if c not in planned.column_names]
@@ -238,6 +237,10 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
         progress.start(spec.name, total=rows_in,
                        done=sum(m["input_rows"] for m in markers.values()), shards=len(shards),
                        shards_done=len(markers), why=recomputed if done else None)
+    if spec.uses_embeddings and todo:
+        # the run's embedding service, started by the first stage with shards to embed (a
+        # resumed run whose embedding stages are done starts none)
+        ctx.embeddings = executor.embeddings(ctx)
     start = time.perf_counter()
     busy = 0.0
     attempt: list[dict[str, Any]] = []

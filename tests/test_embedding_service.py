@@ -97,6 +97,13 @@ def test_two_embedding_stages_share_one_model_loaded_once_on_ray(tmp_path, ray_l
     probe = _rows(store, "probe")
     assert probe and not any(r["worker_loaded_model"] for r in probe)
     assert service["pid"] not in {r["worker_pid"] for r in probe}
+    # resumed with every stage done, the run starts no service and loads no model
+    again = RayExecutor()
+    try:
+        _run(tmp_path / "ray", again)
+        assert again.embedding_stats == [] and again.loaded_models() == {}
+    finally:
+        again.close()
 
     # the rows are those of an inline run (one model in this process), decisions and picks alike
     inline = _run(tmp_path / "inline", InlineExecutor(1))
