@@ -73,8 +73,9 @@ class RunnerConfig(_Strict):
         "stops before any engine loads; null: as each registry entry's resources say.")
     task_gpus: dict[str, float] = Field(
         default_factory=dict, description="GPUs each shard task of a stage asks Ray for, by "
-        "stage name (a task that asks for none sees no GPU): the embedding stages on GPU, "
-        "e.g. {decontaminate: 0.25, compress: 1}.")
+        "stage name (a task that asks for none sees no GPU); for the embedding stages "
+        "(decontaminate, compress) the run's embedding service asks for the largest of their "
+        "shares and embeds for both, their tasks for none: e.g. {decontaminate: 1}.")
 
     @field_validator("task_gpus")
     @classmethod

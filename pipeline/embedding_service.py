@@ -11,7 +11,8 @@ itself: a fixed cost per worker, 74 s of a 505 s stage at 12,000 instructions on
 The actor asks Ray for no CPU: the shard tasks that call it wait in ``ray.get``, which gives
 their CPUs back to Ray, and its ``lanes`` (one per core of its node) encode the batches of every
 request in flight (``arenaforge.pipeline.embedder.LocalEmbedder``). With ``runner.task_gpus``
-naming an embedding stage, the actor asks for that share of a GPU instead of the stage's tasks.
+naming an embedding stage, the actor asks for the largest such share of a GPU (it lives through
+all of them) and those stages' tasks ask for none; the placement plan counts it so.
 """
 
 from __future__ import annotations
@@ -89,6 +90,18 @@ class RemoteEmbedder:
 
         return ray.get(self._service.embed.remote(self.model_path, self._device, list(texts),
                                                   batch_size, precision))
+
+
+def service_gpus(task_gpus: dict[str, float]) -> float:
+    """The GPU share the service asks Ray for: the largest ``runner.task_gpus`` of a stage that
+    embeds (it embeds for all of them, from the first to the last; their tasks ask for none).
+
+    >>> service_gpus({"decontaminate": 0.25, "compress": 1, "answer": 2})
+    1
+    """
+    from arenaforge.stages import get_stage
+
+    return max([v for k, v in task_gpus.items() if get_stage(k).uses_embeddings] or [0.0])
 
 
 def start_service(lanes: int, num_gpus: float = 0.0) -> Any:

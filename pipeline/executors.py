@@ -199,13 +199,11 @@ class RayExecutor:
         """The run's embedding service (``arenaforge.pipeline.embedding_service``), started
         by the first stage that embeds; it loads each model on its first request."""
         if self._embeddings is None:
-            from arenaforge.pipeline.embedding_service import start_service
+            from arenaforge.pipeline.embedding_service import service_gpus, start_service
 
             node_cpus = max([int(n["Resources"].get("CPU", 0))
                              for n in self.ray.nodes() if n["Alive"]] or [self.cpus])
-            gpus = max([v for k, v in self.task_gpus.items()
-                        if k in ("decontaminate", "compress")] or [0.0])
-            self._embeddings = start_service(node_cpus, gpus)
+            self._embeddings = start_service(node_cpus, service_gpus(self.task_gpus))
         return self._embeddings
 
     def release_embeddings(self) -> None:

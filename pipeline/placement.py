@@ -245,8 +245,12 @@ def plan_run(cfg: Any, num_gpus: int, gpu_memory_gb: float) -> RunPlan:
     """The placement plan of a run config on ``num_gpus`` GPUs of ``gpu_memory_gb`` GB.
 
     Only ``backend: vllm`` models are placed (llama.cpp and transformers engines run on CPU,
-    served models elsewhere); ``runner.task_gpus`` adds each such stage's GPU tasks.
+    served models elsewhere); ``runner.task_gpus`` adds each such stage's GPU tasks, and the
+    embedding service's share to the stages from the first that embeds to the last.
     """
+    from arenaforge.pipeline.embedding_service import service_gpus
+    from arenaforge.stages import get_stage
+
     registry = load_registry(cfg.models_file)
     used = run_stage_models(cfg, registry)
     gpu_models = {m for _, models in used for m in models if registry[m].backend == "vllm"}
@@ -267,13 +271,21 @@ def plan_run(cfg: Any, num_gpus: int, gpu_memory_gb: float) -> RunPlan:
     by_id = {p.model: p for p in plans}
     resident = resident_engines(used)
     task_gpus = getattr(cfg.runner, "task_gpus", {}) or {}
+    # the embedding stages' GPU goes to the run's embedding service, which holds the largest of
+    # their shares from the first of them to the last (arenaforge.pipeline.embedding_service)
+    service = service_gpus(task_gpus)
+    names = [name for name, _ in used]
+    embeds = [i for i, name in enumerate(names) if get_stage(name).uses_embeddings]
+    service_span = set(names[embeds[0]:embeds[-1] + 1]) if embeds and service else set()
 
     def stage_plans(engines: dict[str, EnginePlan], whole: bool) -> list[StagePlan]:
         out = []
         for (name, _), loaded in zip(used, resident, strict=True):
             items = [(m, engines[m].share) for m in sorted(loaded & set(engines))
                      for _ in range(engines[m].replicas * engines[m].tensor_parallel_size)]
-            if task_gpus.get(name):
+            if name in service_span:
+                items.append(("embedding service", float(service)))
+            elif task_gpus.get(name) and not get_stage(name).uses_embeddings:
                 items.append((f"{name} tasks", float(task_gpus[name])))
             out.append(_stage_fit(name, items, num_gpus, whole))
         return out

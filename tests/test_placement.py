@@ -79,6 +79,18 @@ def test_cluster_fits_eight_80gb_gpus_stage_by_stage():
     assert not set(cfg.judge_ids) & set(cfg.tests.authors)
 
 
+def test_the_embedding_stages_gpu_is_the_services_through_both_stages():
+    # task_gpus {decontaminate: 0.25, compress: 1}: one service embeds for both, holding the
+    # larger share from decontaminate to compress; their tasks hold no GPU
+    cfg = load_config(ROOT / "configs" / "cluster.yaml")
+    assert cfg.runner.task_gpus == {"decontaminate": 0.25, "compress": 1}
+    stages = {s.stage: s for s in plan_run(cfg, 8, 80).require_fit().stages}
+    for name in ("decontaminate", "compress"):
+        assert stages[name].engines == ("embedding service",) and stages[name].gpus == 1
+    assert all("embedding service" not in s.engines for n, s in stages.items()
+               if n not in ("decontaminate", "compress"))
+
+
 def test_cluster_on_one_24gb_gpu_exits_2_naming_the_stage_and_the_engine():
     done = plan_cli("configs/cluster.yaml", "--gpus", "1", "--gpu-memory-gb", "24")
     assert done.returncode == 2
