@@ -28,6 +28,8 @@ import numpy as np
 
 # Requests one actor accepts at once: every shard task in flight (their batches share the lanes).
 MAX_CALLERS = 64
+# Restarts of a service whose process died (and retries of each call in flight then)
+RESTARTS = 3
 
 
 class EmbeddingService:
@@ -108,8 +110,11 @@ def start_service(lanes: int, num_gpus: float = 0.0) -> Any:
     """Start the embedding service actor (it loads a model on the first request for it)."""
     import ray
 
+    # a service whose process dies is restarted and the calls in flight are sent again
+    # (embedding is idempotent): it reloads the model on the next request
     cls = ray.remote(EmbeddingService).options(num_cpus=0, num_gpus=num_gpus,
-                                               max_concurrency=MAX_CALLERS)
+                                               max_concurrency=MAX_CALLERS,
+                                               max_restarts=RESTARTS, max_task_retries=RESTARTS)
     return cls.remote(lanes)
 
 

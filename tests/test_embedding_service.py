@@ -1,6 +1,7 @@
 """The run's embedding service on a real local Ray: decontaminate and compress share one model,
 loaded once by one actor (no shard task loads it), released after the last stage that embeds,
-and the rows are those of an inline run, which loads the model in its own process."""
+and the rows are those of an inline run, which loads the model in its own process; a killed
+service restarts and embeds the same vectors."""
 
 from __future__ import annotations
 
@@ -114,3 +115,32 @@ def test_two_embedding_stages_share_one_model_loaded_once_on_ray(tmp_path, ray_l
         "embedding_similarity"]
     assert [r["reason"] for r in _rows(store, "compress", "dropped")] == [
         "semantic_duplicate"] * 2
+
+
+@pytest.mark.models
+def test_a_killed_service_restarts_and_embeds_the_same_vectors(ray_local):
+    import numpy as np
+    from arenaforge.pipeline.embedding_service import RemoteEmbedder, start_service, stop_service
+
+    service = start_service(2)
+    embedder = RemoteEmbedder(service, resolve_model_path(None))
+    first = embedder.embed(TEXTS[:4], 64, "float32")
+    (before,) = ray_local.get(service.stats.remote())
+    os.kill(before["pid"], 9)
+    again = embedder.embed(TEXTS[:4], 64, "float32")  # the call is sent to the restarted one
+    (after,) = stop_service(service)
+    assert after["pid"] != before["pid"] and after["texts"] == 4
+    assert np.array_equal(first, again)
+
+
+def test_inline_one_embedder_per_process_until_the_runner_releases_it(tmp_path):
+    # every context of the process (each stage's, each shard's) shares one model; the runner
+    # drops it after the last stage that embeds (nothing is loaded here: the load is lazy)
+    from arenaforge.pipeline.context import release_embedders
+
+    path = resolve_model_path(None)
+    first = toy_ctx(tmp_path / "a").embedder(path)
+    assert toy_ctx(tmp_path / "b").embedder(path) is first
+    InlineExecutor(1).release_embeddings()
+    assert toy_ctx(tmp_path / "a").embedder(path) is not first
+    release_embedders()
