@@ -80,7 +80,6 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     )
     from arenaforge.pipeline.sandbox.languages import ToolchainUnavailable
     from arenaforge.pipeline.store import StoreError
-    from arenaforge.pipeline.toolchain_check import check_toolchains
     from arenaforge.stages.instructions.sources import InstructionSourceError
 
     overrides = list(set_ or [])
@@ -99,14 +98,9 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     overrides += [f"runner.ray_address={ray_address}"] if ray_address else []
     cfg = _load_checked(config, overrides)
     try:
-        # a missing compiler would otherwise stop the tests stage, after the models ran
-        check_toolchains(cfg)
-    except ToolchainUnavailable as exc:
-        _fail(str(exc))
-    try:
         result = run_pipeline(cfg, fresh=fresh, show_progress=not quiet)
     except (StoreError, ContractChainError, ModelUnavailableError,
-            InstructionSourceError, PlacementError) as exc:
+            InstructionSourceError, PlacementError, ToolchainUnavailable) as exc:
         _fail(str(exc))
     except StageFailedError as exc:
         _fail(str(exc), code=1)

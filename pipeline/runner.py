@@ -31,6 +31,7 @@ from arenaforge.pipeline.progress import Progress, render_funnel
 from arenaforge.pipeline.shards import DROPPED_SCHEMA, ShardRef
 from arenaforge.pipeline.stage import StageSpec
 from arenaforge.pipeline.store import RunStore, StoreError, table_hash
+from arenaforge.pipeline.toolchain_check import check_toolchains
 
 log = logging.getLogger(__name__)
 
@@ -388,6 +389,8 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
         store.request_cache(cfg.runner.request_cache_store)  # refuses SQLite on a remote store
     check_chain(specs, store.completed() if not fresh else {}, None if fresh else store)
     check_models_available(cfg, specs)
+    # a missing compiler would otherwise stop the tests stage, after the models ran
+    check_toolchains(cfg)
     for warning in cfg.role_warnings():
         log.warning("%s", warning)
     store.open(cfg.config_hash(), run_dir_yaml(cfg, run_dir), fresh=fresh)

@@ -5,7 +5,7 @@ A stage that runs answers in the sandbox gives its config a ``sandbox_languages(
 run's rows, from ``mine.languages`` or the instruction file's ``language`` column).
 :func:`check_toolchains` asks every stage of the run and looks each language up in
 ``arenaforge.pipeline.sandbox.languages.toolchain`` (what ``arenaforge sandbox languages``
-lists). ``arenaforge run`` calls it before the run directory is opened: without it a missing
+lists). ``run_pipeline`` calls it before the run directory is opened (so ``arenaforge run`` and a run from Python both do): without it a missing
 compiler surfaces as ``ToolchainUnavailable`` inside the tests stage, after every model of the
 mine, answer and judge stages has run.
 

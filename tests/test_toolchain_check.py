@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+from pathlib import Path
 
 import pytest
 import yaml
@@ -78,6 +79,12 @@ def test_a_missing_toolchain_is_named_with_its_origin(tmp_path, bare_path):
     assert "Rust (from the rows of mine.source " in message and "`rustc` not found" in message
     assert "Python" not in message  # the interpreter running arenaforge
     assert "scripts/setup.sh" in message and "arenaforge sandbox languages" in message
+    # a run from Python stops the same way, before its run directory exists
+    from arenaforge.pipeline.runner import run_pipeline
+
+    with pytest.raises(ToolchainUnavailable):
+        run_pipeline(cfg, show_progress=False)
+    assert not (Path(cfg.artifacts_dir) / cfg.name).exists()
     # Python alone needs nothing else; a run without the tests stage needs no toolchain
     check_toolchains(load_config(_config(tmp_path / "py.yaml", languages=["Python"]), []))
     check_toolchains(load_config(_config(tmp_path / "mine.yaml", stages=["mine", "clean"],
