@@ -57,6 +57,11 @@ Rules, in order (``weigh``):
    on the same call is dropped (``contradicts_stronger``). When voters that are different
    programs return different values on an input and no majority decides, one side is wrong and
    nothing tells which: the instruction is ``answers_disagree`` and none of them is verified.
+7. **A model does not verify itself.** When every trusted expectation is ``written`` (one
+   contestant's tests, passed by no other program, with no example and no independent
+   majority on a generated input), the tests can accept only their author's own answer: that
+   is the model agreeing with itself, not a check. They are dropped (``unconfirmed``), and the
+   instruction has no trusted tests (``no_tests``: only the judge-score gate can admit it).
 """
 
 from __future__ import annotations
@@ -91,6 +96,7 @@ CONTRADICTS_STRONGER = "contradicts_stronger"
 CONTRADICTS_MAJORITY = "contradicts_majority"
 NO_MAJORITY, NOT_INDEPENDENT = "no_majority", "not_independent"
 NOT_LITERAL, AGREED_NO_VALUE = "not_literal", "agreed_no_value"
+UNCONFIRMED = "unconfirmed"
 
 # the instruction's verdict on its own evidence
 CONTRADICTORY, DISPUTED = CONTRADICTORY_TESTS, ANSWERS_DISAGREE
@@ -210,10 +216,22 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
         _vote(row, j, candidates, voters, written, example)
     if verdict.status == DECIDED:
         verdict = _disputes(augmented, voters)
+    if verdict.status == DECIDED and example is None and _only_unconfirmed(written, augmented):
+        for row in written:
+            if row["survived"]:
+                _drop(row, UNCONFIRMED)
+        voters = [c for c in candidates if _consistent(c, written, example)]
     passing = sorted(c.model for c in voters if _passes_augmented(c, augmented))
     for row in (*written, *augmented):
         row["consensus"] = passing
     return verdict
+
+
+def _only_unconfirmed(written: Sequence[dict], augmented: Sequence[dict]) -> bool:
+    """Rule 7: every trusted expectation is one contestant's own, confirmed by nothing else
+    (``written``); the only answers such tests can accept are their author's own program."""
+    trusted = [r for r in (*written, *augmented) if r["survived"]]
+    return bool(trusted) and all(r["trusted_by"] == WRITTEN for r in trusted)
 
 
 def _consistent_misreaders(written: Sequence[dict], candidates: Sequence[Candidate]) -> set[str]:

@@ -32,7 +32,7 @@ Output: one row per (instruction_id, author, test_idx): ``kind`` (written, augme
 author ``instruction``), ``test_code, survived, reason`` (null when survived; ``duplicate``,
 ``parse_error``, ``contradicts_example``, ``author_contradicts_example``,
 ``contradicts_stronger``, ``no_majority``, ``not_independent``, ``agreed_no_value``,
-``not_literal``), ``trusted_by, strength`` (the evidence and its strength), ``split, call,
+``not_literal``, ``unconfirmed``), ``trusted_by, strength`` (the evidence and its strength), ``split, call,
 expected, entry_point, entry_source`` (instruction, answers), ``signature, example`` (the
 instruction's own example as an assert, for the probe gate), ``author_name`` (the name the
 author called), ``passed_by, contradicted, consensus`` (the models whose answers pass every

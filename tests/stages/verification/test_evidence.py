@@ -15,6 +15,7 @@ from arenaforge.stages.verification.evidence import (
     NO_MAJORITY,
     NOT_INDEPENDENT,
     NOT_LITERAL,
+    UNCONFIRMED,
     WRITTEN,
     WRITTEN_PASSER,
     Candidate,
@@ -234,3 +235,22 @@ def test_authors_whose_answers_are_one_program_are_one_voice():
     verdict = weigh(rows, [], answers, None)
     assert [r["trusted_by"] for r in rows] == [None, AUTHORS_AGREE, AUTHORS_AGREE]
     assert rows[0]["reason"] == CONTRADICTS_STRONGER and verdict.status == DECIDED
+
+
+def test_a_model_does_not_verify_itself():
+    # word_frequency: the 0.5B's four tests never repeat a word, and only its own answer passes
+    # them; no other program, no example, no majority confirms any of them
+    rows = [written("m1", "wf('a b')", "{'a': 1, 'b': 1}"), written("m1", "wf('')", "{}")]
+    answers = [cand("m1", [True, True]), cand("m2", [False, False])]
+    verdict = weigh(rows, [], answers, None)
+    assert verdict.status == DECIDED
+    assert [r["reason"] for r in rows] == [UNCONFIRMED, UNCONFIRMED]
+    assert not any(r["survived"] for r in rows)
+    # one test another program passes confirms the suite: every test stays
+    rows = [written("m1", "wf('a b')", "{'a': 1, 'b': 1}"), written("m1", "wf('')", "{}")]
+    weigh(rows, [], [cand("m1", [True, True]), cand("m2", [False, True])], None)
+    assert [r["trusted_by"] for r in rows] == [WRITTEN, WRITTEN_PASSER]
+    # so does the instruction's example
+    rows = [written("m1", "wf('a b')", "{'a': 1, 'b': 1}")]
+    weigh(rows, [], [cand("m1", [True], example=True)], Example("wf('x')", "{'x': 1}"))
+    assert rows[0]["survived"] and rows[0]["trusted_by"] == WRITTEN

@@ -174,8 +174,10 @@ def test_a_value_that_only_looks_like_a_literal_is_never_asserted_nor_recorded(s
     answers = pa.table({"instruction_id": ["c"] * 3, "instruction": [CONCAT] * 3,
                         "model": ["m1", "m2", "m3"], "response": ["..."] * 3,
                         "code": [EXACT, SUBCLASS, SUBCLASS_2]})
-    cfg = TestGenConfig(authors=["m1"], tests_per_author=2, inputs_per_author=2)
-    rows = run_tests_stage(answers, cfg, Ctx(sandbox_pool, {"m1": Author()})).table.to_pylist()
+    # the author writes none of the answers, so its tests stand on their own (a contestant's
+    # tests that only its own answer passes would confirm nothing: evidence rule 7)
+    cfg = TestGenConfig(authors=["a0"], tests_per_author=2, inputs_per_author=2)
+    rows = run_tests_stage(answers, cfg, Ctx(sandbox_pool, {"a0": Author()})).table.to_pylist()
     augmented = [r for r in rows if r["kind"] == "augmented"]
     assert len(augmented) == 2
     # two of three candidates agree on 'pq', but as a str subclass: they fail the written
