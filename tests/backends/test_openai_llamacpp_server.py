@@ -183,11 +183,11 @@ def test_mining_uses_the_template_from_the_registry_entry(served, gguf, tmp_path
         def render(messages, add_generation_prompt):
             return embedded.apply_chat_template(messages, add_generation_prompt)
 
-        expected = build_pre_query(render, "smollm2", "auto", cfg.system_for("Python"))
+        expected = build_pre_query(render, "smollm2", "auto", cfg.system_for("python"))
         embedded.close()
         served_backend = ctx.backend("smol-served")
         sent = build_pre_query(lambda m, g: served_backend.apply_chat_template(m, g), "smollm2",
-                               "auto", cfg.system_for("Python"))
+                               "auto", cfg.system_for("python"))
         assert sent == expected  # the prompt, its shape and stops: as the embedded model's
     finally:
         close_process_resources()
