@@ -5,7 +5,9 @@ wrote after reading the instruction alone (never the answers), or that the instr
 task (``"non_task": true``) or too ambiguous to judge (``"ambiguous": "why"``). Each emitted
 row's program runs against its reference in the real sandbox (the program bound to the entry
 point the way verify binds it), and the row is ``right``, ``wrong``, ``non_task``,
-``ambiguous`` or ``unchecked`` (no reference).
+``ambiguous`` or ``unchecked`` (no reference). A response a person read and judged on what the
+asserts cannot check (prose that contradicts its code, an algorithm asked for and not given) is
+listed under ``read_by_hand``: ``{"response_contains": TEXT, "verdict": ..., "why": ...}``.
 
 A reference may also hold a ``reference`` program (a right implementation written by hand); it
 must pass the reference's own asserts (``--self-check``), and with ``--tests`` every test the
@@ -62,6 +64,11 @@ def check(rows: list[dict], references: dict[str, dict]) -> list[dict]:
             continue
         if ref.get("ambiguous"):
             out.append(dict(verdict, verdict="ambiguous", detail=ref["ambiguous"]))
+            continue
+        read = next((h for h in ref.get("read_by_hand", ())
+                     if h["response_contains"] in row["messages"][-1]["content"]), None)
+        if read is not None:  # a person read this very response: the asserts cannot say it
+            out.append(dict(verdict, verdict=read["verdict"], detail=read["why"]))
             continue
         code = function_code(row["messages"][-1]["content"], ref["entry_point"])
         binding = bind(code, ref["entry_point"], from_instruction=True)
