@@ -442,3 +442,23 @@ def _vote(row: dict, j: int, candidates: Sequence[Candidate], voters: Sequence[C
     row.update(split=HIDDEN, passed_by=sorted(c.model for c in best),
                contradicted=sorted(c.model for c in candidates if not c.inputs[j].same(outcome)),
                test_code=assertion_source(row["call"], outcome.detail))
+
+
+def tally(stats: dict, rows: Sequence[dict], augmented: Sequence[dict],
+          candidates: Sequence[Candidate], verdict: Verdict, has_example: bool,
+          consensus: Sequence[str]) -> None:
+    """Add one instruction's evidence to the tests stage's counters (``rows``: every test row
+    of the instruction, the example's included; ``augmented``: its generated-input rows)."""
+    stats["augment.inputs"] += len(augmented)
+    stats["augment.agreed"] += sum(r["survived"] for r in augmented)
+    for j, row in enumerate(augmented):
+        outcomes = [c.inputs[j] for c in candidates]
+        stats["augment.disagreed"] += any(not o.same(outcomes[0]) for o in outcomes)
+        stats[f"augment.{row['reason'] or 'trusted'}"] += 1
+    stats["instructions_with_example"] += has_example
+    stats["contradictory_tests"] += verdict.status == CONTRADICTORY
+    trusted = [r for r in rows if r["survived"]]
+    stats["instructions_all_fail"] += bool(trusted) and not consensus
+    for r in trusted:
+        stats[f"trusted.{r['trusted_by']}"] += 1
+        stats[f"split.{r['split']}"] += 1

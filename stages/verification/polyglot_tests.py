@@ -34,11 +34,11 @@ from typing import Any
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
 from arenaforge.stages.verification import polyglot_cases as pc
 from arenaforge.stages.verification.evidence import (
-    CONTRADICTORY,
     EXAMPLE,
     STRENGTH,
     Candidate,
     Example,
+    tally,
     weigh,
 )
 from arenaforge.stages.verification.polyglot.harness import function_job, grade, program_job
@@ -205,19 +205,7 @@ def _finish(task: dict, candidates: list[Candidate], seed: int, stats: dict) -> 
                        contradicted=sorted(c.model for c in candidates if c.example is False),
                        raw=None, parse_error=None, consensus=consensus,
                        graded_passed_by=passed))
-    stats["augment.inputs"] += len(augmented)
-    stats["augment.agreed"] += sum(r["survived"] for r in augmented)
-    for j, row in enumerate(augmented):
-        outcomes = [c.inputs[j] for c in candidates]
-        stats["augment.disagreed"] += any(not o.same(outcomes[0]) for o in outcomes)
-        stats[f"augment.{row['reason'] or 'trusted'}"] += 1
-    stats["instructions_with_example"] += shown is not None
-    stats["contradictory_tests"] += verdict.status == CONTRADICTORY
-    trusted = [r for r in rs if r["survived"]]
-    stats["instructions_all_fail"] += bool(trusted) and not consensus
-    for r in trusted:
-        stats[f"trusted.{r['trusted_by']}"] += 1
-        stats[f"split.{r['split']}"] += 1
+    tally(stats, rs, augmented, candidates, verdict, shown is not None, consensus)
     return rs
 
 

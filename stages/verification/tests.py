@@ -77,13 +77,13 @@ from arenaforge.stages.verification.entry_points import (
     instruction_function_name,
 )
 from arenaforge.stages.verification.evidence import (
-    CONTRADICTORY,
     EXAMPLE,
     STRENGTH,
     Candidate,
     Example,
     Verdict,
     program_key,
+    tally,
     weigh,
 )
 from arenaforge.stages.verification.grading import probes
@@ -480,19 +480,7 @@ def _judge(iid: str, rs: list[dict], models: list[str], runs: list, seed: int,
     consensus = rs[0]["consensus"] if rs else []
     for row in extra:
         row["consensus"] = consensus
-    stats["augment.inputs"] += len(augmented)
-    stats["augment.agreed"] += sum(r["survived"] for r in augmented)
-    for j, row in enumerate(augmented):
-        outcomes = [c.inputs[j] for c in candidates]
-        stats["augment.disagreed"] += any(not o.same(outcomes[0]) for o in outcomes)
-        stats[f"augment.{row['reason'] or 'trusted'}"] += 1
-    stats["instructions_with_example"] += bool(extra)
-    stats["contradictory_tests"] += verdict.status == CONTRADICTORY
-    trusted = [r for r in (*rs, *extra) if r["survived"]]
-    stats["instructions_all_fail"] += bool(trusted) and not consensus
-    for r in trusted:
-        stats[f"trusted.{r['trusted_by']}"] += 1
-        stats[f"split.{r['split']}"] += 1
+    tally(stats, [*rs, *extra], augmented, candidates, verdict, bool(extra), consensus)
     return extra
 
 
