@@ -60,3 +60,31 @@ def test_each_rewording_is_tried_against_the_kept_rows_only(sandbox_pool, monkey
     # "add" only (sum is gone): 2 gradings a pair, 2 pairs, where all pairs would be 3
     assert dropped == {"sum": "add", "plus": "add"}
     assert len(graded) == 4
+
+
+def test_a_row_is_tried_against_the_nearest_kept_rows_only(sandbox_pool, monkeypatch):
+    from arenaforge.stages.verification import polyglot_grading
+
+    rows = [{"instruction_id": "prime", "code": IS_PRIME, "kcenter_rank": 1},
+            {"instruction_id": "count", "code": COUNT, "kcenter_rank": 2},
+            {"instruction_id": "add", "code": ADD, "kcenter_rank": 3},
+            {"instruction_id": "sum", "code": SUM, "kcenter_rank": 4}]
+    suites = {"add": suite("add", "add_two_numbers", ["assert add_two_numbers(2, 3) == 5"]),
+              "sum": suite("sum", "add_numbers", ["assert add_numbers(4, 4) == 8"]),
+              "prime": suite("prime", "is_prime", ["assert is_prime(7) is True"]),
+              "count": suite("count", "count_primes", ["assert count_primes(10) == 4"])}
+    # all within max_distance; "sum" lies nearest to "add"
+    vectors = {"prime": np.array([0.0, 1.0]), "count": np.array([0.3, 0.95]),
+               "add": np.array([1.0, 0.0]), "sum": np.array([0.99, 0.14])}
+    graded = []
+    real = polyglot_grading.grade_any
+
+    def counting(pool, items, *args, **kwargs):
+        graded.append(len(items))
+        return real(pool, items, *args, **kwargs)
+
+    monkeypatch.setattr(polyglot_grading, "grade_any", counting)
+    dropped = duplicate_tasks(rows, vectors, suites, sandbox_pool, max_distance=2.0,
+                              max_tries=1)
+    assert dropped == {"sum": "add"}
+    assert graded == [2, 2, 2]  # count, add, sum: each against its one nearest kept row
