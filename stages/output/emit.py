@@ -135,6 +135,11 @@ class EmitConfig(StageConfig):
         "embedding distance are one task when each one's answer passes the other's trusted "
         "tests; all but the first selected by compress are dropped as duplicate_task "
         "(stages/output/task_dedup.py); null: keep them all")
+    dedup_tries: int = Field(
+        default=3, ge=1, description="a verified row is tried against at most this many kept "
+        "rows within dedup_distance, the nearest first: its cost stays flat as the kept set "
+        "grows; more finds more rewordings that lie farther off in text, at that many sandbox "
+        "gradings a row")
 
 
 def build_sft_rows(selected: pa.Table, *, system_prompt: str | None, run_id: str,
@@ -335,7 +340,7 @@ def _without_duplicate_tasks(chosen: pa.Table, cfg: EmitConfig, ctx: StageContex
     suites = suites_of_rows(ctx.read("tests", columns=list(SUITE_COLUMNS),
                                      instruction_ids=ids).to_pylist())
     dup = duplicate_tasks(verified, vectors, suites, ctx.sandbox(),
-                          max_distance=cfg.dedup_distance)
+                          max_distance=cfg.dedup_distance, max_tries=cfg.dedup_tries)
     mask = pa.array([i in dup for i in chosen.column("instruction_id").to_pylist()], pa.bool_())
     gone = chosen.filter(mask)
     gone = gone.append_column("reason", pa.array([DUPLICATE_TASK] * gone.num_rows, pa.string()))
