@@ -110,10 +110,7 @@ def feedback_text(g: Graded | None, suite: Suite | None = None, parse_error: str
         signature = (suite.signature if suite else None) or f"def {entry}(...)"
         return fill(load_template("repair_no_entry_point.txt"), entry_point=str(entry),
                     signature=signature)
-    hidden = ""
-    if g.hidden_failed:
-        hidden = fill(load_template("repair_hidden_line.txt"), hidden_failed=str(g.hidden_failed),
-                      error_class=g.hidden_error or "unknown") + "\n"
+    hidden = _hidden_line(g)
     v = g.visible
     if v is None or v.status == PASSED:
         return fill(load_template("repair_feedback_hidden.txt"),
@@ -122,15 +119,30 @@ def feedback_text(g: Graded | None, suite: Suite | None = None, parse_error: str
     output = ""
     if returned is not None:
         output += f"\n`{returned[0]}` returned: {returned[1]}\n"
-    if v.stdout_tail.strip():
-        output += f"\nOutput:\n```\n{v.stdout_tail.strip()[-1500:]}\n```\n"
-    if v.stderr_tail.strip():
-        output += f"\nStandard error:\n```\n{v.stderr_tail.strip()[-1500:]}\n```\n"
+    output += _tails(v)
     return fill(load_template("repair_feedback.txt"), tests_passed=str(v.tests_passed),
                 tests_total=str(v.tests_total), failed_test=v.failed_test or "(none)",
                 error_class=v.error_class or v.status,
                 error=(v.error_message or v.status).strip()[-2000:], output=output,
                 hidden=hidden)
+
+
+def _hidden_line(g: Graded) -> str:
+    """How many certifying tests failed and how, never their text (empty when none did)."""
+    if not g.hidden_failed:
+        return ""
+    return fill(load_template("repair_hidden_line.txt"), hidden_failed=str(g.hidden_failed),
+                error_class=g.hidden_error or "unknown") + "\n"
+
+
+def _tails(v: Any) -> str:
+    """The failing run's standard output and error, their last 1,500 characters each."""
+    out = ""
+    if v.stdout_tail.strip():
+        out += f"\nOutput:\n```\n{v.stdout_tail.strip()[-1500:]}\n```\n"
+    if v.stderr_tail.strip():
+        out += f"\nStandard error:\n```\n{v.stderr_tail.strip()[-1500:]}\n```\n"
+    return out
 
 
 def task_feedback(g: Graded | None, task: tuple[str, str], parse_error: str | None = None
@@ -157,15 +169,8 @@ def task_feedback(g: Graded | None, task: tuple[str, str], parse_error: str | No
                     tests_total=str(v.tests_total if v else 0),
                     hidden_failed=str(g.hidden_failed), error_class=g.hidden_error or "unknown",
                     **words)
-    hidden = ""
-    if g.hidden_failed:
-        hidden = fill(load_template("repair_hidden_line.txt"), hidden_failed=str(g.hidden_failed),
-                      error_class=g.hidden_error or "unknown") + "\n"
-    output = ""
-    if v.stdout_tail.strip():
-        output += f"\nOutput:\n```\n{v.stdout_tail.strip()[-1500:]}\n```\n"
-    if v.stderr_tail.strip():
-        output += f"\nStandard error:\n```\n{v.stderr_tail.strip()[-1500:]}\n```\n"
+    hidden = _hidden_line(g)
+    output = _tails(v)
     return fill(load_template("repair_task_feedback.txt"), tests_passed=str(v.tests_passed),
                 tests_total=str(v.tests_total), failed_test=v.failed_test or "(none)",
                 error_class=v.error_class or v.status,
