@@ -45,6 +45,7 @@ from arenaforge.stages.verification.probe_gate import (
     probe_gate,
 )
 from arenaforge.stages.verification.recorded_runs import RecordedRun
+from arenaforge.stages.verification.stated_outputs import CONTRADICTED
 from arenaforge.stages.verification.suites import AUGMENTED, DECIDED, Suite
 from arenaforge.stages.verification.test_split import HIDDEN, VISIBLE
 
@@ -76,6 +77,8 @@ class Graded:
     program_gate: str
     reused: bool = False
     suite_status: str = DECIDED
+    stated_outputs: str = "none"  # the demo's stated outputs (``stated_outputs``)
+    stated_output_mismatch: str | None = None
 
     def admission(self, min_pass_fraction: float = 1.0) -> str:
         """Where execution stops the answer, first that applies (``ADMISSION_STEPS``):
@@ -84,7 +87,8 @@ class Graded:
         instruction's own example: a hard test), ``below_pass_fraction`` (fewer than
         ``min_pass_fraction`` of the trusted tests passed; at 1.0: any test failed),
         ``answers_disagree`` (it passes, but answers that pass as well return other values on
-        an input nothing decides), else ``verified``."""
+        an input nothing decides), ``false_stated_output`` (it passes, but its own demo states
+        an output the program does not print: ``stated_outputs``), else ``verified``."""
         v = self.verdict
         if v.status == CONTRADICTORY_TESTS:
             return CONTRADICTORY_TESTS
@@ -98,7 +102,9 @@ class Graded:
                   else v.tests_passed >= min_pass_fraction * v.tests_total)
         if not enough or self.probe_gate != PASS:
             return BELOW_PASS_FRACTION
-        return ANSWERS_DISAGREE if self.suite_status == ANSWERS_DISAGREE else VERIFIED
+        if self.suite_status == ANSWERS_DISAGREE:
+            return ANSWERS_DISAGREE
+        return FALSE_STATED_OUTPUT if self.stated_outputs == CONTRADICTED else VERIFIED
 
     def verified(self, min_pass_fraction: float = 1.0) -> bool:
         """Accepted by execution (``admission`` is ``verified``)."""
@@ -106,8 +112,9 @@ class Graded:
 
 
 VERIFIED, BELOW_PASS_FRACTION, UNUSABLE = "verified", "below_pass_fraction", "no_usable_code"
+FALSE_STATED_OUTPUT = "false_stated_output"
 ADMISSION_STEPS = (CONTRADICTORY_TESTS, UNUSABLE, NO_TESTS, EXAMPLE_FAILED, BELOW_PASS_FRACTION,
-                   ANSWERS_DISAGREE, VERIFIED)
+                   ANSWERS_DISAGREE, FALSE_STATED_OUTPUT, VERIFIED)
 # the steps where a selected answer goes back to its author with execution feedback
 REPAIRABLE = (UNUSABLE, EXAMPLE_FAILED, BELOW_PASS_FRACTION)
 

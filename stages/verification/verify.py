@@ -13,7 +13,10 @@ Output adds, per row: ``status`` (passed, failed, error, timeout, memory, no_tes
 no_entry_point: nothing in the answer binds to the entry point), ``tests_passed``,
 ``tests_total`` (every trusted test), ``tests_visible[_passed]``, ``tests_hidden[_passed]``,
 ``tests_augmented[_passed]``, ``entry_point``, ``bound_function``, ``binding_rule``,
-``probe_gate`` and ``program_gate`` (``arenaforge.stages.verification.probe_gate``; both on every row), ``error_class``
+``probe_gate`` and ``program_gate`` (``arenaforge.stages.verification.probe_gate``; both on every row),
+``stated_outputs`` and ``stated_output_mismatch`` (an answer execution would verify runs its own
+demo: a ``print`` whose comment states an output it does not print makes it
+``false_stated_output``; ``arenaforge.stages.verification.stated_outputs``), ``error_class``
 (syntax, runtime, assertion, timeout, memory, output_limit, exit, sandbox, no_code,
 no_entry_point, compile_error, harness), ``error_message`` (the first failing test's error, with the failing line),
 ``failed_test`` (its code), ``stdout_tail``, ``stderr_tail``, ``duration_s``, ``judge_winner``,
@@ -50,7 +53,7 @@ import pyarrow as pa
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS, PASSED
 from arenaforge.stages.arena.selection import RULES, Candidate, Rule, select_answer
-from arenaforge.stages.common.task_kinds import table_tasks
+from arenaforge.stages.common.task_kinds import table_tasks, uses_python_path
 from arenaforge.stages.verification.execution import (  # noqa: F401  (re-exported: callers run answers here)
     Verdict,
     execute,
@@ -59,6 +62,8 @@ from arenaforge.stages.verification.execution import (  # noqa: F401  (re-export
 from arenaforge.stages.verification.grading import VERIFIED, Graded, grade  # noqa: F401
 from arenaforge.stages.verification.polyglot_grading import grade_any, language_stats
 from arenaforge.stages.verification.recorded_runs import EVIDENCE_COLUMNS, recorded_runs
+from arenaforge.stages.verification.stated_outputs import NONE as NONE_STATED
+from arenaforge.stages.verification.stated_outputs import with_stated_outputs
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, suites_of_rows
 from pydantic import Field
 
@@ -124,7 +129,8 @@ GRADE_SCHEMA = pa.schema([
     ("tests_hidden", pa.int64()), ("tests_hidden_passed", pa.int64()),
     ("tests_augmented", pa.int64()), ("tests_augmented_passed", pa.int64()),
     ("probe_gate", pa.string()), ("program_gate", pa.string()),
-    ("reused_tests_run", pa.bool_()), ("admission", pa.string()), ("verified", pa.bool_()),
+    ("reused_tests_run", pa.bool_()), ("stated_outputs", pa.string()),
+    ("stated_output_mismatch", pa.string()), ("admission", pa.string()), ("verified", pa.bool_()),
 ])
 SELECTION_SCHEMA = pa.schema([
     ("judge_winner", pa.bool_()), ("final_score", pa.float64()), ("judge_pick", pa.string()),
@@ -166,6 +172,8 @@ def graded_columns(grades: Sequence[Graded], min_pass_fraction: float) -> dict[s
         values["probe_gate"].append(g.probe_gate)
         values["program_gate"].append(g.program_gate)
         values["reused_tests_run"].append(g.reused)
+        values["stated_outputs"].append(g.stated_outputs)
+        values["stated_output_mismatch"].append(g.stated_output_mismatch)
         values["admission"].append(g.admission(min_pass_fraction))
         values["verified"].append(values["admission"][-1] == VERIFIED)
     columns.update({f.name: pa.array(values[f.name], f.type) for f in GRADE_SCHEMA})
@@ -186,6 +194,8 @@ def verify_stats(rows: list[dict], grades: Sequence[Graded], sel: list[dict],
         stats[f"probe_gate.{g.probe_gate}"] += 1
         stats["reused_tests_run"] += g.reused
         stats[f"program_gate.{g.program_gate}"] += 1
+        if g.stated_outputs != NONE_STATED:
+            stats[f"stated_outputs.{g.stated_outputs}"] += 1
         step = g.admission(min_pass_fraction)
         stats[f"admission.{step}"] += 1
         stats[f"admission.selected.{step}"] += s["selected"]
@@ -224,6 +234,11 @@ def run(table: pa.Table, cfg: VerifyConfig, ctx: StageContext) -> StageResult:
                        tasks, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
                        fail_fast=cfg.fail_fast,
                        recorded=[runs.get((r["instruction_id"], r["model"])) for r in rows])
+    # an answer that execution would verify still has to print what its own demo says
+    grades = with_stated_outputs(
+        ctx.sandbox(), [r["code"] for r in rows], grades,
+        [uses_python_path(*task) and g.verified(cfg.min_pass_fraction)
+         for task, g in zip(tasks, grades)], timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
     ctx.advance(len(rows))
     sel = _select(rows, grades, rate, cfg)
     columns = graded_columns(grades, cfg.min_pass_fraction)
