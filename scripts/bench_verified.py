@@ -51,6 +51,7 @@ from trust_world import BeliefExpert, correct_code, instruction_rows, write_json
 
 EXPERTS = {"expert-a": 0.85, "expert-b": 0.6, "expert-c": 0.6}
 JUDGE = "judge"
+TESTER = "tester"  # with --tester-skill: writes tests, answers and judges nothing
 
 
 def serve(names: dict[str, float]) -> dict[str, _Server]:
@@ -63,7 +64,8 @@ def serve(names: dict[str, float]) -> dict[str, _Server]:
     return servers
 
 
-def write_run_files(workdir: Path, ports: dict[str, int], source: Path) -> Path:
+def write_run_files(workdir: Path, ports: dict[str, int], source: Path,
+                    tester: bool = False) -> Path:
     models = [{"id": name, "backend": "openai", "family": f"world-{i}", "role": "expert",
                "base_url": f"http://127.0.0.1:{port}/v1", "model_name": name,
                "chat_template_source": "registry", "chat_template": CHATML,
@@ -83,7 +85,8 @@ def write_run_files(workdir: Path, ports: dict[str, int], source: Path) -> Path:
         "compress": {"budget": 1.0, "min_distance": None},
         # the judge is no contestant and writes no test; the contestants write the tests
         "judge": {"protocol": "pointwise_logprob", "judges": [JUDGE]},
-        "tests": {"authors": experts, "tests_per_author": 3, "inputs_per_author": 3},
+        "tests": {"authors": [*experts, *([TESTER] if tester else [])],
+                  "tests_per_author": 3, "inputs_per_author": 3},
         "repair": {"max_rounds": 1},
     }
     path = workdir / "run.yaml"
@@ -166,14 +169,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--cli", default=f"{sys.executable} -m arenaforge.pipeline.cli",
                         help="the command that runs arenaforge (an A/B against another checkout)")
     parser.add_argument("--set", action="append", default=[], help="config overrides")
+    parser.add_argument("--tester-skill", type=float, default=None,
+                        help="add an independent test author of this skill (no contestant, no "
+                             "judge; when wrong, wrong the same way as the experts)")
     args = parser.parse_args(argv)
-    servers = serve({**EXPERTS, JUDGE: 0.0})
+    tester = {TESTER: args.tester_skill} if args.tester_skill is not None else {}
+    servers = serve({**EXPERTS, JUDGE: 0.0, **tester})
     ports = {name: s.server_address[1] for name, s in servers.items()}
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="bench-verified-"))
     workdir.mkdir(parents=True, exist_ok=True)
     source = write_jsonl(workdir / "instructions.jsonl",
                          instruction_rows(args.instructions, seed=args.seed))
-    config = write_run_files(workdir, ports, source)
+    config = write_run_files(workdir, ports, source, tester=bool(tester))
     cmd = [*args.cli.split(), "run", str(config), "--fresh"]
     for item in args.set:
         cmd += ["--set", item]
@@ -186,7 +193,8 @@ def main(argv: list[str] | None = None) -> int:
     if rc != 0:
         print(f"arenaforge run failed (exit {rc}); see {workdir / 'run.log'}", file=sys.stderr)
         return rc
-    result = {"instructions": args.instructions, "wall_s": round(wall, 1),
+    result = {"instructions": args.instructions, "tester_skill": args.tester_skill,
+              "wall_s": round(wall, 1),
               **measure(workdir / "runs" / "verified")}
     for key in ("verified", "wrong_verified", "wrong_verified_with_a_right_answer",
                 "wrong_verified_share", "dropped_correct",
