@@ -422,8 +422,9 @@ def _ints(value: Any) -> Iterable[int]:
 
 
 # Names a parameter cannot have in a language (its keywords; Go: also its predeclared types,
-# which a parameter would shadow in the signature itself: `string string`). Such a parameter
-# is renamed with a trailing underscore: the harness passes arguments by position.
+# which a parameter would shadow in the signature itself, `string string`, and the packages the
+# prompt imports, which it would shadow in the body: `strings []string`). Such a parameter is
+# renamed with a trailing underscore: the harness passes arguments by position.
 _WORDS = {
     "c": "auto break case char const continue default do double else enum extern float for goto "
          "if inline int long register restrict return short signed sizeof static struct switch "
@@ -443,7 +444,7 @@ _WORDS = {
     "go": "break case chan const continue default defer else fallthrough for func go goto if "
           "import interface map package range return select struct switch type var bool byte "
           "error float32 float64 int int8 int16 int32 int64 rune string uint uint8 uint16 uint32 "
-          "uint64 uintptr any",
+          "uint64 uintptr any fmt math sort strconv strings",
     "rust": "as async await break const continue crate dyn else enum extern false fn for if impl "
             "in let loop match mod move mut pub ref return self Self static struct super trait "
             "true type unsafe use where while abstract become box do final macro override priv "
