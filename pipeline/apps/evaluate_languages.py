@@ -29,14 +29,16 @@ from pathlib import Path
 from typing import Any
 
 from arenaforge.pipeline.apps import evaluate as ev
-from arenaforge.pipeline.apps.humaneval_translate import (
-    LANGUAGES,
-    Translation,
+from arenaforge.pipeline.apps.humaneval_prompts import (
     chat_program,
     completion_program,
     completion_prompt,
     completion_stops,
     language_prompt,
+)
+from arenaforge.pipeline.apps.humaneval_translate import (
+    LANGUAGES,
+    Translation,
     language_signature,
     translate_suite,
 )

@@ -20,11 +20,11 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
+from arenaforge.pipeline.apps.humaneval_prompts import stub_solution
 from arenaforge.pipeline.apps.humaneval_translate import (
     Translation,
     Untranslatable,
     language_signature,
-    stub_solution,
     translate,
     translate_suite,
 )

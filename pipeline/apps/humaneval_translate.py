@@ -19,16 +19,17 @@ data and the same on every run.
 
 A problem is skipped for a language, with its reason (``SKIP_REASONS``), when a test is not
 one of those forms (a property checked on the result), the tests or the docstring need a
-helper the Python prompt defines, a type is outside the polyglot subset, the language has no
-form for a type, or a value does not fit the language's numbers: as MultiPL-E drops the
-problems its translators cannot take.
+helper the Python prompt defines, a type is outside the polyglot subset, the answer must tell
+``2`` from ``2.0``, the language has no form for a type or has the function's name already, or
+a value does not fit the language's numbers: as MultiPL-E drops the problems its translators
+cannot take. What a model is shown in each language is ``humaneval_prompts``.
 
 Example::
 
     problem = load_problems("humaneval")[0]
     tr = translate(problem)                      # or raises Untranslatable(reason, detail)
     check_language(tr, "rust")                   # raises Untranslatable when Rust cannot
-    language_prompt(tr, "rust")                  # '/// Check if in given list ...\\nfn ...'
+    language_signature(tr, "go")                 # keyword-named parameters renamed
 """
 
 from __future__ import annotations
@@ -48,7 +49,6 @@ from arenaforge.stages.verification.polyglot import (
     CallCase,
     CaseError,
     Signature,
-    Type,
     UnsupportedType,
     complete_signature,
     parse_signature,
@@ -56,9 +56,6 @@ from arenaforge.stages.verification.polyglot import (
 )
 from arenaforge.stages.verification.polyglot.cases import call_case
 from arenaforge.stages.verification.polyglot.types import (
-    DICT,
-    FLOAT,
-    INT,
     check_value,
     infer_type,
     optional,
@@ -458,7 +455,9 @@ _WORDS = {
 _WORDS["typescript"] = _WORDS["javascript"]
 _RESERVED = {lang: frozenset(words.split()) for lang, words in _WORDS.items()}
 # Functions of the C library the harness includes: an entry point of that name conflicts.
-_C_LIBRARY = frozenset(["abs", "atoi", "ceil", "exp", "floor", "isalpha", "isdigit", "log", "pow", "round", "sqrt", "strcat", "strchr", "strcmp", "strcpy", "strlen", "strstr", "tolower", "toupper"])
+_C_LIBRARY = frozenset(("abs", "atoi", "ceil", "exp", "floor", "isalpha", "isdigit", "log", "pow",
+                        "round", "sqrt", "strcat", "strchr", "strcmp", "strcpy", "strlen",
+                        "strstr", "tolower", "toupper"))
 
 
 def language_signature(tr: Translation, language: str) -> Signature:
@@ -513,122 +512,5 @@ def translate_suite(problems: Sequence[dict[str, Any]], language: str
     return kept, skipped
 
 
-def _uses(sig: Signature, kind: str) -> bool:
-    def walk(t: Type | None) -> bool:
-        return t is not None and (t.kind == kind or any(walk(a) for a in t.args))
-    return walk(sig.returns) or any(walk(t) for _, t in sig.params)
-
-
-# What a function body may use without adding lines above the function (a completion cannot):
-# the headers and imports of MultiPL-E's prompts, about.
-_CPP_HEADERS = ("algorithm", "cassert", "climits", "cmath", "map", "numeric", "optional", "set",
-                "sstream", "string", "tuple", "unordered_map", "vector")
-_C_HEADERS = ("ctype.h", "limits.h", "math.h", "stdbool.h", "stdio.h", "stdlib.h", "string.h")
-_GO_IMPORTS = ("fmt", "math", "sort", "strconv", "strings")
-_GO_KEEP = {"fmt": "fmt.Sprint", "math": "math.Abs", "sort": "sort.Ints",
-            "strconv": "strconv.Itoa", "strings": "strings.Split"}
-
-
-def preamble(tr: Translation, language: str) -> str:
-    """The lines above the function in a completion prompt (and, where a repeat is harmless,
-    above a chat answer): includes and imports the function may use."""
-    lang = target(language).language
-    if lang == "cpp":
-        return "".join(f"#include <{h}>\n" for h in _CPP_HEADERS) + "\n"
-    if lang == "c":
-        return "".join(f"#include <{h}>\n" for h in _C_HEADERS) + "\n"
-    if lang == "java":
-        return "import java.util.*;\nimport java.util.stream.*;\n\nclass Problem {\n"
-    if lang == "go":
-        return "package main\n\nimport (\n" + "".join(f'\t"{m}"\n' for m in _GO_IMPORTS) + ")\n\n"
-    if lang == "rust" and _uses(tr.signature, DICT):
-        return "use std::collections::HashMap;\n\n"
-    return ""
-
-
-def doc_comment(docstring: str, language: str, indent: str = "") -> str:
-    """The docstring as the language's line comments (``///`` in Rust: its doc comments)."""
-    mark = "///" if target(language).language == "rust" else "//"
-    return "".join(f"{indent}{mark} {line}".rstrip() + "\n" for line in docstring.splitlines())
-
-
-def language_prompt(tr: Translation, language: str) -> str:
-    """What a chat prompt shows: the docstring as a comment above the declaration."""
-    return (doc_comment(tr.docstring, language)
-            + target(language).declaration(language_signature(tr, language)))
-
-
-def completion_prompt(tr: Translation, language: str) -> str:
-    """What a base model continues: preamble, comment, declaration and the body's ``{``."""
-    tgt = target(language)
-    decl = tgt.declaration(language_signature(tr, language))
-    opener = decl if decl.endswith("{") else decl + " {"
-    indent = "    " if tgt.language == "java" else ""
-    return (preamble(tr, language) + doc_comment(tr.docstring, language, indent)
-            + indent + opener + "\n")
-
-
-def completion_stops(language: str) -> tuple[str, ...]:
-    """Where a completed body ends: the function's closing brace (the method's, in Java)."""
-    return ("\n    }",) if target(language).language == "java" else ("\n}",)
-
-
-def completion_program(tr: Translation, language: str, completion: str) -> str:
-    """The program of a completion (already cut at ``completion_stops``)."""
-    lang = target(language).language
-    close = "\n    }\n}\n" if lang == "java" else "\n}\n"
-    keep = ""
-    if lang == "go":  # Go refuses an unused import; these keep the prompt's imports used
-        keep = "".join(f"\nvar _ = {_GO_KEEP[m]}" for m in _GO_IMPORTS) + "\n"
-    return completion_prompt(tr, language) + completion + close + keep
-
-
-def chat_program(tr: Translation, language: str, answer: str) -> str:
-    """The program of a chat answer: its code block (in the language, or untagged) that
-    defines the entry point, else all of them, else the whole text; below the preamble where
-    repeating an include or import is harmless (C, C++, Java)."""
-    from arenaforge.stages.common.code_extract import code_blocks, extract_code, function_names
-
-    lang = target(language).language
-    blocks = [b.code for b in code_blocks(answer) if b.language in (lang, "")]
-    code = next((b for b in blocks if tr.signature.name in function_names(b, lang)), None)
-    if code is None:
-        code = extract_code(answer, lang) or answer
-    if lang in ("c", "cpp"):
-        return preamble(tr, lang) + code
-    if lang == "java":
-        return "import java.util.*;\nimport java.util.stream.*;\n" + code
-    return code
-
-
-def stub_solution(tr: Translation, language: str) -> str:
-    """A function with the declared signature that returns a default value: it must compile
-    with the harness (the check that every translated harness is valid in the language)."""
-    tgt = target(language)
-    sig = language_signature(tr, language)
-    decl = tgt.declaration(sig)
-    lang = tgt.language
-    if lang in ("cpp",):
-        return preamble(tr, lang) + decl + " { return {}; }\n"
-    if lang == "c":
-        return preamble(tr, lang) + decl + " { return 0; }\n"
-    if lang == "java":
-        value = {INT: "0", FLOAT: "0", "bool": "false"}.get(sig.returns.kind, "null")
-        return preamble(tr, lang) + f"    {decl} {{ return {value}; }}\n}}\n"
-    if lang == "go":
-        return f"package main\n\n{decl} {{\n\tvar r {tgt.type_name(sig.returns)}\n\treturn r\n}}\n"
-    if lang == "rust":
-        return preamble(tr, lang) + decl + " { Default::default() }\n"
-    if lang == "typescript":
-        return decl + " return undefined as any; }\n"
-    if lang == "javascript":
-        return decl + " return undefined; }\n"
-    if lang == "python":
-        return f"from typing import Dict, List, Optional, Tuple\n\n\n{decl}\n    return None\n"
-    raise ValueError(f"no stub for language {language!r}")
-
-
-__all__ = ["LANGUAGES", "SKIP_REASONS", "Translation", "Untranslatable", "chat_program",
-           "check_language", "completion_program", "completion_prompt", "completion_stops",
-           "doc_comment", "language_prompt", "language_signature", "preamble", "read_cases", "stub_solution",
-           "translate", "translate_suite"]
+__all__ = ["LANGUAGES", "SKIP_REASONS", "Translation", "Untranslatable", "check_language",
+           "language_signature", "read_cases", "translate", "translate_suite"]

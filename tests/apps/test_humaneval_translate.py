@@ -1,10 +1,17 @@
-"""HumanEval's tests read as language-neutral cases; what each language takes and shows."""
+"""HumanEval's tests read as language-neutral cases; what each language takes and shows
+(``humaneval_translate``, ``humaneval_prompts``)."""
 
 from __future__ import annotations
 
 import pytest
 from arenaforge.pipeline.apps.evaluate import load_problems
 from arenaforge.pipeline.apps.evaluate_languages import check_model_languages, resolve_languages
+from arenaforge.pipeline.apps.humaneval_prompts import (
+    chat_program,
+    completion_program,
+    completion_prompt,
+    language_prompt,
+)
 from arenaforge.pipeline.apps.humaneval_translate import (
     INT_FLOAT,
     LANGUAGES,
@@ -16,11 +23,7 @@ from arenaforge.pipeline.apps.humaneval_translate import (
     TYPE_IN_LANGUAGE,
     VALUE_RANGE,
     Untranslatable,
-    chat_program,
     check_language,
-    completion_program,
-    completion_prompt,
-    language_prompt,
     language_signature,
     read_cases,
     translate,
