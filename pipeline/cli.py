@@ -293,13 +293,21 @@ def train(config: Path, set_: SetOpt = None,
 def eval_(model: str,
           suite: Annotated[str, typer.Option(help="Benchmark suite.")] = "humaneval",
           limit: Annotated[int | None, typer.Option(help="First N problems.")] = None,
-          n_samples: Annotated[int, typer.Option(help="Samples per problem (pass@k).")] = 1) -> None:
+          n_samples: Annotated[int, typer.Option(help="Samples per problem (pass@k).")] = 1,
+          language: Annotated[list[str] | None, typer.Option(
+              "--language", help="A language to evaluate in (repeatable; `all` for the eight): "
+              "python is HumanEval itself, the others its translation.")] = None) -> None:
     """pass@k of a model directory, a registered model id or `canonical` through the sandbox."""
     import json
 
     from arenaforge.pipeline.apps.evaluate import evaluate
+    from arenaforge.pipeline.apps.evaluate_languages import check_model_languages
 
-    result = evaluate(model, suite=suite, limit=limit, n_samples=n_samples)
+    try:
+        languages = check_model_languages(model, language or ["python"])
+    except ValueError as exc:
+        _fail(str(exc))
+    result = evaluate(model, suite=suite, limit=limit, n_samples=n_samples, languages=languages)
     typer.echo(json.dumps(result, indent=2, default=str))
 
 

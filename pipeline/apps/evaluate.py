@@ -122,30 +122,47 @@ def generate(model: str, problems: list[dict[str, Any]], *, n_samples: int, temp
         return "completion", [[p["canonical_solution"]] * n_samples for p in problems]
     backend = _backend_for(model, models_file)
     try:
-        style = prompt_style
-        if style == "auto":
-            style = "chat" if backend.chat_template() else "completion"
-        params = SamplingParams(n=n_samples, temperature=temperature, max_tokens=max_new_tokens,
-                                seed=seed,
-                                stop=CODEX_STOPS if style == "completion" else ())
+        style = resolve_style(backend, prompt_style)
         if style == "chat":
             from arenaforge.pipeline.prompts import fill, load_template
 
             template = load_template(CHAT_TEMPLATE)
-            convs = [[{"role": "user", "content": fill(template, prompt=p["prompt"])}]
-                     for p in problems]
-            outs = backend.chat(convs, params)
+            prompts = [fill(template, prompt=p["prompt"]) for p in problems]
         else:
-            outs = backend.complete([p["prompt"] for p in problems], params)
+            prompts = [p["prompt"] for p in problems]
+        texts = sample(backend, style, prompts, [p["task_id"] for p in problems],
+                       n_samples=n_samples, temperature=temperature,
+                       max_new_tokens=max_new_tokens, seed=seed, stops=CODEX_STOPS)
     finally:
         backend.close()
+    return style, texts
+
+
+def resolve_style(backend: Any, prompt_style: PromptStyle) -> str:
+    """``auto``: chat when the model has a chat template, else completion."""
+    if prompt_style == "auto":
+        return "chat" if backend.chat_template() else "completion"
+    return prompt_style
+
+
+def sample(backend: Any, style: str, prompts: list[str], task_ids: list[str], *,
+           n_samples: int, temperature: float, max_new_tokens: int, seed: int,
+           stops: Sequence[str]) -> list[list[str]]:
+    """``n_samples`` texts per prompt: a user turn each (``chat``) or a text to continue,
+    cut at ``stops`` (``completion``). A failed request is an empty text."""
+    params = SamplingParams(n=n_samples, temperature=temperature, max_tokens=max_new_tokens,
+                            seed=seed, stop=tuple(stops) if style == "completion" else ())
+    if style == "chat":
+        outs = backend.chat([[{"role": "user", "content": p}] for p in prompts], params)
+    else:
+        outs = backend.complete(prompts, params)
     texts = []
-    for problem, samples in zip(problems, outs, strict=True):
+    for task_id, samples in zip(task_ids, outs, strict=True):
         for c in samples:
             if c.error:
-                log.warning("eval: %s: generation failed: %s", problem["task_id"], c.error)
+                log.warning("eval: %s: generation failed: %s", task_id, c.error)
         texts.append([c.text if not c.error else "" for c in samples])
-    return style, texts
+    return texts
 
 
 # -- execution ----------------------------------------------------------------------------
@@ -176,7 +193,8 @@ def evaluate(model: str, suite: str = "humaneval", limit: int | None = None,
              max_new_tokens: int = 512, prompt_style: PromptStyle = "auto",
              timeout_s: float | None = None, memory_mb: int | None = None, seed: int = 0,
              models_file: Path = Path("configs/models.yaml"), sandbox_config: Any = None,
-             output_dir: Path | None = None) -> dict[str, Any]:
+             output_dir: Path | None = None, languages: Sequence[str] = ("python",)
+             ) -> dict[str, Any]:
     """pass@k of ``model`` on ``suite``.
 
     Args:
@@ -195,11 +213,24 @@ def evaluate(model: str, suite: str = "humaneval", limit: int | None = None,
         sandbox_config: a ``arenaforge.pipeline.sandbox.config.SandboxConfig``; default settings if None.
         output_dir: when set, the result JSON and the samples (JSONL, with verdicts) are
             written there under a name holding a fingerprint of the settings.
+        languages: the languages to evaluate in (ids, or ``all``): ``python`` is HumanEval
+            itself; the others its translation (``evaluate_languages``).
 
     Returns:
         ``{"model", "suite", "n_problems", "n_samples", "temperature", "prompt_style",
-        "pass@1", ..., "statuses": {status: count}, "problems": [...], "seconds"}``.
+        "pass@1", ..., "statuses": {status: count}, "problems": [...], "seconds"}`` for Python
+        alone; with any other language, the settings and ``"languages": {id: {"n_problems",
+        "skipped", "pass@1", ..., "statuses", "problems"}}`` (``evaluate_languages``).
     """
+    from arenaforge.pipeline.apps.evaluate_languages import evaluate_languages, resolve_languages
+
+    langs = resolve_languages(languages)
+    if langs != ["python"]:
+        return evaluate_languages(
+            model, langs, suite=suite, limit=limit, n_samples=n_samples, k=k,
+            temperature=temperature, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
+            timeout_s=timeout_s, memory_mb=memory_mb, seed=seed, models_file=models_file,
+            sandbox_config=sandbox_config, output_dir=output_dir)
     if n_samples < 1:
         raise ValueError(f"n_samples must be >= 1, got {n_samples}")
     bad = [x for x in k if not 1 <= x <= n_samples]
@@ -250,6 +281,8 @@ def _slug(text: str) -> str:
 def _write_outputs(out: Path, result: dict[str, Any], samples: list[dict]) -> Path:
     settings = {key: result[key] for key in ("model", "suite", "n_problems", "n_samples",
                                              "temperature", "max_new_tokens", "prompt_style")}
+    if "languages" in result:  # a run in other languages than Python alone
+        settings["languages"] = list(result["languages"])
     digest = hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:10]
     stem = f"{result['suite']}-{_slug(Path(result['model']).name)}-{digest}"
     out.mkdir(parents=True, exist_ok=True)
