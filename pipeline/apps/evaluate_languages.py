@@ -28,7 +28,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from arenaforge.pipeline.apps import evaluate as ev
+from arenaforge.pipeline.apps import eval_core as ev
 from arenaforge.pipeline.apps.humaneval_prompts import (
     chat_program,
     completion_program,

@@ -9,7 +9,7 @@ import re
 from pathlib import Path
 
 import pytest
-from arenaforge.pipeline.apps import evaluate as ev
+from arenaforge.pipeline.apps import eval_core as ev
 from arenaforge.pipeline.apps.evaluate import evaluate, load_problems
 from arenaforge.pipeline.backends.base import Completion
 
