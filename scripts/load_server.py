@@ -91,8 +91,49 @@ class Meter:
                     "busy_s": self.busy_s, "max_in_flight": self.max_in_flight}
 
 
-def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float):
-    """The request handler class of one expert's server."""
+class Engine:
+    """An engine of bounded capacity, as a served model has (vLLM's ``max_num_seqs``): at most
+    ``slots`` sequences run at once, each for its simulated time, the rest wait for a slot.
+    Every sequence is recorded (kind, start, end), so how busy the engine was over any window
+    is exact: ``occupancy``."""
+
+    def __init__(self, slots: int) -> None:
+        self.slots = slots
+        self._free = threading.BoundedSemaphore(slots)
+        self._lock = threading.Lock()
+        self.records: list[tuple[str, float, float]] = []
+
+    def _one(self, kind: str, seconds: float) -> None:
+        with self._free:
+            start = time.perf_counter()
+            time.sleep(seconds)
+            end = time.perf_counter()
+        with self._lock:
+            self.records.append((kind, start, end))
+
+    def run(self, kinds: list[str], seconds: list[float]) -> None:
+        """Run a request's sequences (one per prompt) and return when the last is done."""
+        if not kinds:
+            return
+        threads = [threading.Thread(target=self._one, args=(k, s))
+                   for k, s in zip(kinds[1:], seconds[1:])]
+        for t in threads:
+            t.start()
+        self._one(kinds[0], seconds[0])
+        for t in threads:
+            t.join()
+
+    def occupancy(self, start: float, end: float) -> float:
+        """Busy slot-seconds within ``[start, end]`` over all the slot-seconds there were."""
+        with self._lock:
+            busy = sum(max(0.0, min(e, end) - max(s, start)) for _, s, e in self.records)
+        return busy / (self.slots * (end - start)) if end > start else 0.0
+
+
+def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float,
+                 engine: Engine | None = None):
+    """The request handler class of one expert's server (``engine``: of bounded capacity;
+    None: every request runs at once, however many)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: the client holds its connections
@@ -143,13 +184,18 @@ def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float
             kinds, simulated = ["error"], 0.0
             try:
                 if body.get("logprobs") and isinstance(body.get("prompt"), list):
-                    kinds, payload, simulated, prompt_tokens, completion_tokens = \
+                    kinds, payload, each, prompt_tokens, completion_tokens = \
                         self._logprob_batch(body)
+                    simulated = max(each, default=0.0)
                 else:
                     kind, payload, prompt_tokens, completion_tokens = self._answer(body)
                     kinds = [kind]
                     simulated = (prompt_tokens * ms_prompt + completion_tokens * ms_token) / 1000
-                time.sleep(simulated)
+                    each = [simulated]
+                if engine is None:
+                    time.sleep(simulated)
+                else:
+                    engine.run(kinds, each)
                 payload["usage"] = {"prompt_tokens": prompt_tokens,
                                     "completion_tokens": completion_tokens,
                                     "total_tokens": prompt_tokens + completion_tokens}
@@ -157,20 +203,20 @@ def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float
             finally:
                 meter.leave(kinds, simulated)
 
-        def _logprob_batch(self, body: dict) -> tuple[list[str], dict, float, int, int]:
-            """A list ``prompt`` (vLLM's shape): one choice per prompt, in order. The engine
-            runs the prompts as concurrent sequences, so the request takes as long as its
-            longest prompt would alone: the simulated engine is as fast whether the client
-            sends the prompts one to a request or many."""
-            kinds, choices, longest, prompt_tokens = [], [], 0.0, 0
+        def _logprob_batch(self, body: dict) -> tuple[list[str], dict, list[float], int, int]:
+            """A list ``prompt`` (vLLM's shape): one choice per prompt, in order, and each
+            prompt's simulated seconds. The engine runs the prompts as concurrent sequences, so
+            the request takes as long as its longest prompt would alone: the simulated engine
+            is as fast whether the client sends the prompts one to a request or many."""
+            kinds, choices, each, prompt_tokens = [], [], [], 0
             for i, prompt in enumerate(body["prompt"]):
                 kind, payload, tokens_in, tokens_out = self._answer(dict(body, prompt=prompt))
                 choices.append(dict(payload["choices"][0], index=i))
                 kinds.append(kind)
                 prompt_tokens += tokens_in
-                longest = max(longest, (tokens_in * ms_prompt + tokens_out * ms_token) / 1000)
+                each.append((tokens_in * ms_prompt + tokens_out * ms_token) / 1000)
             return kinds, {"object": "text_completion", "model": expert.name,
-                           "choices": choices}, longest, prompt_tokens, len(choices)
+                           "choices": choices}, each, prompt_tokens, len(choices)
 
         def _answer(self, body: dict) -> tuple[str, dict, int, int]:
             seed = body.get("seed")
