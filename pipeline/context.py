@@ -52,10 +52,12 @@ class _TimedBackend:
         try:
             return getattr(self._inner, method)(*args, **kwargs)
         finally:
-            self._ctx.model_seconds += time.perf_counter() - start
+            elapsed = time.perf_counter() - start
             after = self._stats()
-            for key in ("hits", "misses"):
-                self._ctx.cache[key] += after.get(key, 0) - before.get(key, 0)
+            with _LOCK:  # several models of one shard may be called at once (model_fanout)
+                self._ctx.model_seconds += elapsed
+                for key in ("hits", "misses"):
+                    self._ctx.cache[key] += after.get(key, 0) - before.get(key, 0)
 
     def complete(self, *args: Any, **kwargs: Any) -> Any:
         return self._timed("complete", *args, **kwargs)

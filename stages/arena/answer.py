@@ -23,6 +23,7 @@ model in one backend call, so a batching backend can batch them.
 from __future__ import annotations
 
 import pyarrow as pa
+from arenaforge.pipeline.model_fanout import per_model
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.stages.common.code_extract import extract_code
 from arenaforge.stages.common.task_kinds import table_tasks, with_task_note
@@ -77,9 +78,9 @@ def run(table: pa.Table, cfg: AnswerConfig, ctx) -> StageResult:
                             max_tokens=cfg.max_tokens, seed=ctx.seed)
     conversations = [build_conversation(with_task_note(t, *task, "answer"), cfg.system_prompt)
                      for t, task in zip(instructions, tasks)]
-    replies = {}
+    replies = per_model(ctx, experts, lambda model: ctx.backend(model).chat(conversations, params)
+                        if conversations else [])
     for model in experts:
-        replies[model] = ctx.backend(model).chat(conversations, params) if conversations else []
         if len(replies[model]) != len(conversations):
             raise RuntimeError(f"backend {model!r} returned {len(replies[model])} replies for "
                                f"{len(conversations)} conversations")

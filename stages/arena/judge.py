@@ -37,6 +37,7 @@ from typing import ClassVar, Literal
 
 import pyarrow as pa
 from arenaforge.pipeline.backends.capabilities import JudgedSection
+from arenaforge.pipeline.model_fanout import per_model
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.stages.arena import judge_logits
 from arenaforge.stages.arena import protocols as jp
@@ -258,7 +259,7 @@ def judge_with(protocol: jp.JudgeProtocol, backend, judge: str, battles: list[Ba
 
 
 def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, backend_for,
-                  seed: int) -> list[dict]:
+                  seed: int, fan_out=None) -> list[dict]:
     """Judge rows for ``battles``: each judge's battles in one batch, rows in battle order.
 
     Args:
@@ -267,6 +268,8 @@ def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, ba
         cfg: the stage config (protocol, budget, self-judging, max_judges).
         backend_for: ``model_id -> backend`` (``ctx.backend``).
         seed: the sampling seed.
+        fan_out: ``(judges, judge -> rows) -> {judge: rows}`` (``model_fanout.per_model``: at
+            once for served judges); None: one judge after another.
 
     Raises:
         ValueError: a battle has no eligible judge (say how to fix the config).
@@ -282,8 +285,13 @@ def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, ba
         for j in chosen:
             per_judge[j].append(b)
     protocol = jp.PROTOCOLS[cfg.protocol]
-    rows = [r for j in judges if per_judge[j]
-            for r in judge_with(protocol, backend_for(j), j, per_judge[j], cfg, seed)]
+    busy = [j for j in judges if per_judge[j]]
+
+    def judge_all(j: str) -> list[dict]:
+        return judge_with(protocol, backend_for(j), j, per_judge[j], cfg, seed)
+
+    by_judge = fan_out(busy, judge_all) if fan_out else {j: judge_all(j) for j in busy}
+    rows = [r for j in busy for r in by_judge[j]]
     position = {(b.instruction_id, b.model_a, b.model_b): i for i, b in enumerate(battles)}
     judge_rank = {j: i for i, j in enumerate(judges)}
     rows.sort(key=lambda r: (position[(r["instruction_id"], r["model_a"], r["model_b"])],
@@ -297,7 +305,8 @@ def run(table: pa.Table, cfg: JudgeConfig, ctx) -> StageResult:
     if not judges:
         raise ValueError("judge.judges: no judge configured")
     battles = enumerate_battles(table, cfg)
-    rows = judge_battles(battles, judges, cfg, ctx.backend, ctx.seed)
+    rows = judge_battles(battles, judges, cfg, ctx.backend, ctx.seed,
+                         fan_out=lambda models, call: per_model(ctx, models, call))
     ctx.advance(table.num_rows)
     stats: dict[str, float] = {"battles": float(len(battles))}
     for r in rows:

@@ -40,6 +40,7 @@ from typing import ClassVar, Literal
 
 import pyarrow as pa
 from arenaforge.pipeline.backends.capabilities import Capability, JudgedSection
+from arenaforge.pipeline.model_fanout import per_model
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.stages.arena import judge_logits
@@ -268,13 +269,19 @@ def run(table: pa.Table, cfg: DifficultyConfig, ctx) -> StageResult:
     if not judges:
         raise ValueError("difficulty.judges: no judge configured")
     instructions = table.column("instruction").to_pylist()
-    per_judge = [judge_votes(ctx.backend(j), j, instructions, cfg, ctx.seed) for j in judges]
+    votes_of = per_model(ctx, judges,
+                         lambda j: judge_votes(ctx.backend(j), j, instructions, cfg, ctx.seed))
+    per_judge = [votes_of[j] for j in judges]
     votes = [list(row) for row in zip(*per_judge)] if instructions else []
     summaries = [summarize_votes(v) for v in votes]
     protocol = PROTOCOLS[cfg.protocol]
     ask_task = protocol.asks_task and cfg.min_task_prob is not None
-    task = (mean_task_probability([task_probabilities(ctx.backend(j), protocol, instructions, cfg)
-                                   for j in judges]) if ask_task else [None] * len(instructions))
+    if ask_task:
+        task_of = per_model(ctx, judges, lambda j: task_probabilities(ctx.backend(j), protocol,
+                                                                      instructions, cfg))
+        task = mean_task_probability([task_of[j] for j in judges])
+    else:
+        task = [None] * len(instructions)
     ctx.advance(len(instructions))
 
     out = table.append_column("difficulty_votes", pa.array(votes, pa.list_(VOTE_TYPE)))

@@ -31,6 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from arenaforge.pipeline.model_fanout import per_model
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
 from arenaforge.stages.verification import polyglot_cases as pc
 from arenaforge.stages.verification.evidence import (
@@ -66,8 +67,8 @@ def ask_authors(jobs: list[tuple[str, str, str, str | None]], authors: list[str]
     k = cfg.inputs_per_author if cfg.augment else 0
     convs = [pc.conversation(text, lang, kind, entry, cfg.tests_per_author, k)
              for text, lang, kind, entry in jobs]
-    out: dict[str, list[tuple[pc.CaseReply, str]]] = {}
-    for author in authors:
+
+    def author_writes(author: str) -> list[tuple[pc.CaseReply, str]]:
         backend, replies = ctx.backend(author), []
         for start in range(0, len(convs), cfg.batch_size):
             for (_, _, kind, entry), reply in zip(
@@ -79,8 +80,9 @@ def ask_authors(jobs: list[tuple[str, str, str, str | None]], authors: list[str]
                           pc.parse_reply(c.text, kind, entry, max_cases=cfg.max_tests_per_author,
                                          max_inputs=k))
                 replies.append((parsed, c.text))
-        out[author] = replies
-    return out
+        return replies
+
+    return per_model(ctx, authors, author_writes)
 
 
 def _rows(base: dict, lang: str, kind: str, replies: dict[str, tuple[pc.CaseReply, str]],

@@ -44,6 +44,7 @@ from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
+from arenaforge.pipeline.model_fanout import per_model
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import PASSED
@@ -220,7 +221,7 @@ def _certified(g: Graded, suite: Suite, min_pass_fraction: float) -> bool:
 
 def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any, pool: Any,
                 cfg: RepairConfig, limits: dict, seed: int,
-                tasks: list[tuple[str, str]] | None = None) -> list[dict]:
+                tasks: list[tuple[str, str]] | None = None, fan_out: Any = None) -> list[dict]:
     """Run up to ``cfg.max_rounds`` feedback rounds for each target row.
 
     Args:
@@ -230,6 +231,8 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
         pool: the sandbox pool.
         limits: ``timeout_s, memory_mb, fail_fast`` for the sandbox.
         tasks: each target's ``(language, task_kind)`` (None: every one a Python function).
+        fan_out: ``(models, model -> replies) -> {model: replies}`` (``model_fanout.per_model``:
+            at once for served models); None: one model after another.
 
     Returns:
         Per target: ``{"rounds", "repaired", "response", "code", "graded", "trajectory"}``;
@@ -275,10 +278,16 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
         by_model: dict[str, list[int]] = defaultdict(list)
         for i in active:
             by_model[targets[i]["model"]].append(i)
-        replies: dict[int, Any] = {}
-        for model, idx in by_model.items():
-            out = backend_for(model).chat([list(state[i]["conversation"]) for i in idx], params)
-            replies.update({i: r[0] for i, r in zip(idx, out)})
+
+        convs = {m: [list(state[i]["conversation"]) for i in idx] for m, idx in by_model.items()}
+
+        def ask(model: str, convs: dict = convs) -> list:
+            return backend_for(model).chat(convs[model], params)
+
+        models = list(by_model)
+        outs = fan_out(models, ask) if fan_out else {m: ask(m) for m in models}
+        replies: dict[int, Any] = {i: r[0] for m in models
+                                   for i, r in zip(by_model[m], outs[m])}
         parsed = {i: extract_answer(replies[i].text, tasks[i])
                   if replies[i].finish_reason != "error"
                   else (None, f"backend error: {replies[i].error}") for i in active}
@@ -361,7 +370,8 @@ def run(table: pa.Table, cfg: RepairConfig, ctx: StageContext) -> StageResult:
                                          instruction_ids=ids))
         tasks = table_tasks(table, target_idx)
         out = repair_loop([rows[i] for i in target_idx], suites, ctx.backend, ctx.sandbox(),
-                          cfg, _limits(cfg), ctx.seed, tasks)
+                          cfg, _limits(cfg), ctx.seed, tasks,
+                          fan_out=lambda models, call: per_model(ctx, models, call))
         results = dict(zip(target_idx, out))
     ctx.advance(len(rows))
 

@@ -59,6 +59,7 @@ from collections import defaultdict
 from typing import Any, Literal
 
 import pyarrow as pa
+from arenaforge.pipeline.model_fanout import per_model
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.stages.common.task_kinds import table_tasks, uses_python_path
@@ -503,12 +504,17 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
     todo = [iid for iid in answers if entries[iid] is not None]
     written: dict[str, dict[str, tuple[ParsedTests, str]]] = defaultdict(dict)
     jobs = [(answers[iid][0]["instruction"], entries[iid][0]) for iid in todo]
-    for author in authors:
+
+    def author_writes(author: str) -> list:
         results = write_tests(ctx.backend(author), jobs, cfg, ctx.seed)
         if cfg.augment and cfg.inputs_call == "second_call" and (
                 cfg.generator_authors is None or author in cfg.generator_authors):
             results = write_generators(ctx.backend(author), jobs, results, cfg, ctx.seed)
-        for iid, result in zip(todo, results):
+        return results
+
+    by_author = per_model(ctx, authors, author_writes)
+    for author in authors:
+        for iid, result in zip(todo, by_author[author]):
             written[iid][author] = result
 
     rows: dict[str, list[dict]] = {}

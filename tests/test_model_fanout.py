@@ -1,0 +1,67 @@
+"""Several models of one shard: served ones are asked at once, local ones in turn."""
+
+from __future__ import annotations
+
+import threading
+import time
+import types
+
+import pytest
+from arenaforge.pipeline.model_fanout import all_served, per_model
+
+
+class Ctx:
+    def __init__(self, backends: dict[str, str]):
+        self.backends, self.model_seconds = backends, 0.0
+
+    def model_spec(self, model_id):
+        return types.SimpleNamespace(backend=self.backends[model_id])
+
+
+def test_served_models_are_asked_at_once_and_counted_once():
+    ctx = Ctx({"a": "openai", "b": "openai", "c": "openai"})
+    together = threading.Barrier(3, timeout=5)  # breaks unless all three calls overlap
+
+    def call(model):
+        together.wait()
+        time.sleep(0.2)
+        ctx.model_seconds += 0.2  # what each timed backend adds for its own call
+        return model.upper()
+
+    start = time.perf_counter()
+    out = per_model(ctx, ["c", "a", "b"], call)
+    span = time.perf_counter() - start
+    assert out == {"c": "C", "a": "A", "b": "B"} and list(out) == ["c", "a", "b"]
+    # the shard waited for the span of the overlapping calls, not their sum (0.6 s)
+    assert ctx.model_seconds == pytest.approx(span, abs=0.05) and ctx.model_seconds < 0.5
+
+
+@pytest.mark.parametrize("backends", [{"a": "llamacpp", "b": "openai"},
+                                      {"a": "vllm", "b": "transformers"}])
+def test_local_models_are_asked_in_turn(backends):
+    ctx, order = Ctx(backends), []
+
+    def call(model):
+        order.append((model, threading.current_thread() is threading.main_thread()))
+        return model
+
+    assert per_model(ctx, ["a", "b"], call) == {"a": "a", "b": "b"}
+    assert order == [("a", True), ("b", True)]
+
+
+def test_unknown_or_unregistered_models_are_not_served():
+    assert not all_served(types.SimpleNamespace(), ["a"])  # no registry at all
+    assert not all_served(Ctx({"a": "openai"}), ["a", "missing"])
+    assert all_served(Ctx({"a": "openai"}), ["a"])
+
+
+def test_an_error_in_one_served_model_reaches_the_caller():
+    ctx = Ctx({"a": "openai", "b": "openai"})
+
+    def call(model):
+        if model == "b":
+            raise RuntimeError("server b is down")
+        return model
+
+    with pytest.raises(RuntimeError, match="server b is down"):
+        per_model(ctx, ["a", "b"], call)
