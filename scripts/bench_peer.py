@@ -190,6 +190,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="arenaforge's batched path (LlamaCppBackend's default: 16)")
     parser.add_argument("--prefix-reuse", action="store_true",
                         help="batched path also reuses partly shared prompt prefixes")
+    parser.add_argument("--no-judge-prefix-reuse", action="store_true",
+                        help="generative judging without the prefix reuse the judge stage asks for")
     parser.add_argument("--workers", type=int, default=None,
                         help="arenaforge model workers (default: one per core)")
     parser.add_argument("--ref-threads", type=int, default=None,
@@ -270,7 +272,9 @@ def main(argv: list[str] | None = None) -> int:
             answers[model_id] = [text for text, _ in got]
 
         # 3. judging by the 0.5B model, on arenaforge's answers; a pair's orders stay together
-        judge = SamplingParams(max_tokens=args.judge_tokens, seed=0)
+        # as the judge stage asks (stages/arena/judge.py, read_chat): both orders share a prefix
+        judge = SamplingParams(max_tokens=args.judge_tokens, seed=0,
+                               reuse_prefix=not args.no_judge_prefix_reuse)
         protocol = args.judge_protocol
         if protocol == "pointwise_logprob":
             groups = [[jp.single_conversation(protocol, t, answers[m][i]) for m in models]

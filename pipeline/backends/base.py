@@ -49,6 +49,11 @@ class SamplingParams:
     max_tokens: int = 256
     stop: tuple[str, ...] = ()
     seed: int | None = None
+    # A hint to an embedded batched engine (llama.cpp's ``BatchedDecoder``): reuse the KV of a
+    # prompt prefix another request of the call shares, as llama-cpp-python's own prompt cache
+    # does between consecutive calls. It changes results only as much as llama.cpp's prompt
+    # chunking does, not the request, so it is no part of the cache key (``to_json``).
+    reuse_prefix: bool = False
 
     def __post_init__(self) -> None:
         # Lists are accepted for convenience but stored as a tuple so the value stays hashable.
@@ -67,6 +72,7 @@ class SamplingParams:
     def to_json(self) -> str:
         """Canonical JSON (sorted keys, no spaces): used in cache keys and recorded on rows."""
         data = dataclasses.asdict(self)
+        del data["reuse_prefix"]
         data["stop"] = list(self.stop)
         data["temperature"] = float(self.temperature)
         data["top_p"] = float(self.top_p)

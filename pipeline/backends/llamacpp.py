@@ -215,6 +215,8 @@ class LlamaCppBackend(RenderedChat):
             for req, seed in zip(requests, sequential_seeds(self.llm, params, len(prompts)),
                                  strict=True):
                 req.seed = seed
+            # per call: a generative judge's two orders share their prompt's start
+            self._batcher.prefix_reuse = self.batch_prefix_reuse or params.reuse_prefix
             flat = self._batcher.run(requests)
         for j, message in errors.items():
             for k in range(params.n):

@@ -154,7 +154,10 @@ def read_chat(backend, protocol: jp.JudgeProtocol, convs: list, cfg: JudgeConfig
     """Generated replies, one batch, each parsed by the protocol."""
     from arenaforge.pipeline.backends.base import SamplingParams
 
-    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=seed)
+    # a pair's two orders share the instruction and the system prompt: an embedded engine
+    # reuses that prefix (as a plain llama-cpp-python loop does between consecutive calls)
+    params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens, seed=seed,
+                            reuse_prefix=True)
     replies = backend.chat(convs, params) if convs else []
     return [protocol.parse(reply[0], cfg) for reply in replies]
 

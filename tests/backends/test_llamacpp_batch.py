@@ -235,3 +235,26 @@ def test_partial_prefix_reuse_shares_the_system_prompt():
     # the first prompt is decoded whole, every other one reuses at least the common part
     assert decoder.stats["prefix_tokens_reused"] >= shared * (len(ASKS) - 1)
     assert all(c.error is None and c.completion_tokens > 0 for c in out)
+
+
+@pytest.mark.models
+def test_reuse_prefix_is_asked_per_call_and_is_no_part_of_the_cache_key():
+    """A backend built without partial prefix reuse reuses a shared system turn for a call
+    that asks for it (the judge stage's generative readings), and only for that call."""
+    backend = load("smollm2-135m")
+    assert not backend.batch_prefix_reuse
+    backend.batch_size = 4
+    convs = [[SYSTEM, {"role": "user", "content": q}] for q in ASKS[:4]]
+    plain = SamplingParams(max_tokens=4, seed=0)
+    reusing = dataclasses.replace(plain, reuse_prefix=True)
+    assert reusing.to_json() == plain.to_json()  # the same request, the same cache entry
+
+    def reused(params):
+        before = backend._batcher.stats["prefix_tokens_reused"] if backend._batcher else 0
+        out = backend.chat(convs, params)
+        assert all(c[0].error is None for c in out)
+        return backend._batcher.stats["prefix_tokens_reused"] - before
+
+    assert reused(plain) == 0
+    assert reused(reusing) >= 16 * (len(convs) - 1)  # the system turn, at least
+    assert reused(plain) == 0 and not backend._batcher.prefix_reuse
