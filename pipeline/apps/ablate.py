@@ -74,12 +74,26 @@ class EvalSettings(_Strict):
     """How every model of the ablation is evaluated (the same for all)."""
 
     suite: str = "humaneval"
+    language: str = Field(
+        "python", description="the language the models are evaluated in (an id or a name): "
+        "HumanEval itself for python, its translation for the others (docs/EVALUATION.md), so "
+        "an ablation shows what one language's data is worth")
     limit: int | None = Field(20, ge=1, description="first N problems; None: all")
     max_new_tokens: int = Field(256, ge=1)
     prompt_style: Literal["auto", "completion", "chat"] = Field(
         "chat", description="chat: the models are trained on chat turns")
     timeout_s: float | None = Field(None, gt=0, description="per program; None: the sandbox's")
     seed: int = 0
+
+    @field_validator("language")
+    @classmethod
+    def _one_language(cls, value: str) -> str:
+        from arenaforge.pipeline.apps.evaluate_languages import resolve_languages
+
+        ids = resolve_languages([value])
+        if len(ids) != 1:
+            raise ValueError(f"one language, not {value!r} (one ablation per language)")
+        return ids[0]
 
 
 class AblateConfig(_Strict):
@@ -225,17 +239,23 @@ def train_rule(train_cfg: Any, dataset_fp: str, out: Path) -> tuple[Path, str, b
 
 def eval_model(model_dir: Path, model_fp: str, out: Path, settings: EvalSettings,
                models_file: Path) -> tuple[dict[str, Any], bool]:
-    """HumanEval pass@1 of a model dir (skipped when the same model and settings were done)."""
+    """HumanEval pass@1 of a model dir in ``settings.language`` (skipped when the same model and
+    settings were done); for another language than Python, that language's result."""
     from arenaforge.pipeline.apps.evaluate import evaluate
 
     fp = _fingerprint("eval", model_fp, settings.model_dump(mode="json"))
     record = _cached(out / "eval.json", fp)
     if record:
         return record["result"], True
+    language = settings.language
     result = evaluate(str(model_dir), suite=settings.suite, limit=settings.limit, n_samples=1,
                       k=(1,), max_new_tokens=settings.max_new_tokens,
                       prompt_style=settings.prompt_style, timeout_s=settings.timeout_s,
-                      seed=settings.seed, models_file=models_file, output_dir=out / "eval")
+                      seed=settings.seed, models_file=models_file, output_dir=out / "eval",
+                      languages=[language])
+    if language != "python":  # the same shape as Python's result: problems, pass@1, statuses
+        result = {**{k: v for k, v in result.items() if k != "languages"},
+                  **result["languages"][language], "language": language}
     atomic_write_json(out / "eval.json", {"fingerprint": fp, "result": result})
     return result, False
 

@@ -279,3 +279,36 @@ def test_tiny_real_ablation_trains_evaluates_and_resumes(tmp_path):
     again = run_ablation(run_dir, cfg)  # everything done: nothing retrained or re-evaluated
     assert again["rows"] == report["rows"] and weights.stat().st_mtime_ns == mtime
     assert all(s.get("train_skipped", True) and s["eval_skipped"] for s in again["steps"].values())
+
+
+def test_eval_language_is_one_language_and_its_result_has_pythons_shape(monkeypatch, tmp_path):
+    """``eval.language`` picks the language the ablation's models are evaluated in; the
+    per-language result is unwrapped into the shape the summary reads (problems, pass@1)."""
+    from arenaforge.pipeline.apps import ablate, evaluate
+    from pydantic import ValidationError
+
+    assert ablate.EvalSettings(language="C++").language == "cpp"
+    assert ablate.EvalSettings().language == "python"
+    with pytest.raises(ValidationError, match="one language"):
+        ablate.EvalSettings(language="all")
+    with pytest.raises(ValidationError, match="unknown eval language 'cobol'"):
+        ablate.EvalSettings(language="cobol")
+
+    asked = {}
+    problems = [{"task_id": "HumanEval/0", "n": 1, "correct": 1, "statuses": ["passed"]}]
+
+    def fake_evaluate(model, **kwargs):
+        asked.update(kwargs)
+        return {"model": model, "suite": "humaneval", "languages": {"cpp": {
+            "n_problems": 1, "skipped": {}, "pass@1": 1.0, "statuses": {"passed": 1},
+            "problems": problems}}}
+
+    monkeypatch.setattr(evaluate, "evaluate", fake_evaluate)
+    result, skipped = ablate.eval_model(tmp_path / "model", "fp", tmp_path / "out",
+                                        ablate.EvalSettings(language="cpp"), tmp_path / "m.yaml")
+    assert asked["languages"] == ["cpp"] and not skipped
+    assert result["problems"] == problems and result["pass@1"] == 1.0
+    assert result["language"] == "cpp" and "languages" not in result
+    # done once: the same model and settings are not evaluated again
+    assert ablate.eval_model(tmp_path / "model", "fp", tmp_path / "out",
+                             ablate.EvalSettings(language="cpp"), tmp_path / "m.yaml")[1]
