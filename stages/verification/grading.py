@@ -46,6 +46,7 @@ from arenaforge.stages.verification.probe_gate import (
 )
 from arenaforge.stages.verification.recorded_runs import RecordedRun
 from arenaforge.stages.verification.stated_outputs import CONTRADICTED
+from arenaforge.stages.verification.stated_outputs import NONE as NO_STATED_OUTPUT
 from arenaforge.stages.verification.suites import AUGMENTED, DECIDED, Suite
 from arenaforge.stages.verification.test_split import HIDDEN, VISIBLE
 
@@ -77,7 +78,7 @@ class Graded:
     program_gate: str
     reused: bool = False
     suite_status: str = DECIDED
-    stated_outputs: str = "none"  # the demo's stated outputs (``stated_outputs``)
+    stated_outputs: str = NO_STATED_OUTPUT  # the demo's stated outputs (``stated_outputs``)
     stated_output_mismatch: str | None = None
 
     def admission(self, min_pass_fraction: float = 1.0) -> str:

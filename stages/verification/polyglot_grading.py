@@ -161,12 +161,16 @@ def _exec(run: Any, verdict: Any) -> ExecResult:
 def grade_any(pool: Any, items: Sequence[tuple[str | None, Suite | None]],
               tasks: Sequence[tuple[str, str]], *, timeout_s: float,
               memory_mb: int | None = None, fail_fast: bool = True,
-              recorded: Sequence[Any] | None = None) -> list[Graded]:
+              recorded: Sequence[Any] | None = None,
+              stated_outputs_at: float | None = None) -> list[Graded]:
     """``grading.grade`` for the Python functions among ``items`` (exactly as before: with
     ``recorded``), ``grade_programs`` for the others; ``tasks``: each item's ``(language,
-    task_kind)``."""
+    task_kind)``. With ``stated_outputs_at`` (a ``min_pass_fraction``), each Python answer
+    verified at it also runs its own demo, whose stated outputs must hold
+    (``stated_outputs.with_stated_outputs``: what verify and repair decide by)."""
     from arenaforge.stages.common.task_kinds import uses_python_path
     from arenaforge.stages.verification.grading import grade
+    from arenaforge.stages.verification.stated_outputs import with_stated_outputs
 
     python = [i for i, task in enumerate(tasks) if uses_python_path(*task)]
     others = [i for i, task in enumerate(tasks) if not uses_python_path(*task)]
@@ -175,6 +179,10 @@ def grade_any(pool: Any, items: Sequence[tuple[str | None, Suite | None]],
         done = grade(pool, [items[i] for i in python], timeout_s=timeout_s, memory_mb=memory_mb,
                      fail_fast=fail_fast,
                      recorded=None if recorded is None else [recorded[i] for i in python])
+        if stated_outputs_at is not None:
+            done = with_stated_outputs(pool, [items[i][0] for i in python], done,
+                                       [g.verified(stated_outputs_at) for g in done],
+                                       timeout_s=timeout_s, memory_mb=memory_mb)
         for i, g in zip(python, done):
             out[i] = g
     if others:

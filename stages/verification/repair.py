@@ -60,7 +60,6 @@ from arenaforge.stages.common.task_kinds import (
 )
 from arenaforge.stages.verification.grading import REPAIRABLE, Graded
 from arenaforge.stages.verification.polyglot_grading import COMPILE_ERROR_CLASS, grade_any
-from arenaforge.stages.verification.stated_outputs import with_stated_outputs
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, Suite, trusted_suites
 from arenaforge.stages.verification.test_parsing import extract_program, probe_program
 from arenaforge.stages.verification.verify import (
@@ -292,14 +291,10 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
                   if replies[i].finish_reason != "error"
                   else (None, f"backend error: {replies[i].error}") for i in active}
         runnable = [i for i in active if parsed[i][0] is not None]
-        graded = grade_any(pool, [(parsed[i][0], suite_of[i]) for i in runnable],
-                           [tasks[i] for i in runnable], **limits)
         # a repaired answer must print what its own demo says, as a first answer must
-        graded = with_stated_outputs(
-            pool, [parsed[i][0] for i in runnable], graded,
-            [python[i] and g.verified(_pass_fraction(cfg)) for i, g in zip(runnable, graded)],
-            timeout_s=limits["timeout_s"], memory_mb=limits.get("memory_mb"))
-        grades = dict(zip(runnable, graded))
+        grades = dict(zip(runnable, grade_any(
+            pool, [(parsed[i][0], suite_of[i]) for i in runnable],
+            [tasks[i] for i in runnable], **limits, stated_outputs_at=_pass_fraction(cfg))))
         for i in active:
             s, reply = state[i], replies[i]
             code, error = parsed[i]

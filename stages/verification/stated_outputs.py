@@ -22,7 +22,8 @@ Only clear contradictions count, so a loose comment never costs a right answer:
 
 ``outputs_job`` builds the sandbox job (the program with a marker before and after each claimed
 ``print``) and ``check_outputs`` reads its stdout back: ``none`` (nothing checkable),
-``consistent``, or ``contradicted`` with the first mismatch.
+``consistent``, or ``contradicted`` with the first mismatch. ``with_stated_outputs`` does both
+for a batch of graded answers, reading each answer's claims once.
 """
 
 from __future__ import annotations
@@ -48,7 +49,8 @@ class Claim:
 
     statement: str
     stated: str
-    line: int  # 1-based, of the statement's last line
+    line: int  # 1-based, of the statement's last line (where the comment is)
+    first_line: int  # 1-based, of its first line
 
 
 @dataclasses.dataclass(frozen=True)
@@ -106,7 +108,7 @@ def claims(code: str | None) -> list[Claim]:
         if node.col_offset != len(lines[node.lineno - 1]) - len(lines[node.lineno - 1].lstrip()):
             continue
         found.append(Claim(ast.get_source_segment(code, node) or "print(...)", m.group("claim"),
-                           node.end_lineno or node.lineno))
+                           node.end_lineno or node.lineno, node.lineno))
     return sorted(found, key=lambda c: c.line)
 
 
@@ -114,15 +116,10 @@ def instrumented(code: str, found: list[Claim]) -> str:
     """``code`` with a marker line before and after each claimed ``print`` (same indentation),
     so its output can be cut out of the run's stdout."""
     lines = code.splitlines()
-    tree = ast.parse(code)
-    spans = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Expr) and node.end_lineno in {c.line for c in found}:
-            spans[node.end_lineno] = node.lineno
     out = list(lines)
     # from the bottom up, so earlier line numbers stay valid
     for k, claim in sorted(enumerate(found), key=lambda kc: -kc[1].line):
-        first = spans.get(claim.line, claim.line)
+        first = claim.first_line
         indent = lines[first - 1][:len(lines[first - 1]) - len(lines[first - 1].lstrip())]
         mark = f"{indent}__import__('sys').stdout.write({_MARK + str(k)!r} + chr(30))"
         out[claim.line:claim.line] = [mark]
@@ -152,9 +149,9 @@ def _equal(a, b) -> bool:
             return math.isclose(float(a), float(b), rel_tol=1e-6, abs_tol=1e-9)
         except (TypeError, ValueError):
             return False
-    return type(a) is type(b) and a == b or (isinstance(a, (list, tuple))
-                                             and isinstance(b, (list, tuple))
-                                             and list(a) == list(b))
+    if isinstance(a, (list, tuple)) and isinstance(b, (list, tuple)):
+        return list(a) == list(b)
+    return type(a) is type(b) and a == b
 
 
 def agrees(out: str, stated: str) -> bool:
@@ -178,21 +175,24 @@ def agrees(out: str, stated: str) -> bool:
     return bool(re.search(r"(^|[\s:=,(])" + re.escape(stated) + r"$", text))
 
 
-def outputs_job(code: str | None, *, timeout_s: float, memory_mb: int | None = None):
+def outputs_job(code: str | None, *, timeout_s: float, memory_mb: int | None = None,
+                found: list[Claim] | None = None):
     """A sandbox job that runs ``code``'s demo with markers, or None when it states nothing
-    checkable (``check_outputs`` then says ``none``)."""
+    checkable (``check_outputs`` then says ``none``). ``found``: ``claims(code)``, when read
+    already."""
     from arenaforge.pipeline.sandbox.languages import ProgramJob
 
-    found = claims(code)
+    found = claims(code) if found is None else found
     if not found:
         return None
     return ProgramJob(language="python", source=instrumented(code, found), stdins=("",),
                       timeout_s=timeout_s, memory_mb=memory_mb)
 
 
-def check_outputs(code: str | None, result) -> OutputCheck:
-    """Compare ``code``'s stated outputs with a run of ``outputs_job(code)`` (None: no job)."""
-    found = claims(code)
+def check_outputs(code: str | None, result, found: list[Claim] | None = None) -> OutputCheck:
+    """Compare ``code``'s stated outputs with a run of ``outputs_job(code)`` (None: no job).
+    ``found``: ``claims(code)``, when read already."""
+    found = claims(code) if found is None else found
     if not found or result is None or not result.runs or result.runs[0] is None:
         return OutputCheck(NONE)
     stdout = result.runs[0].stdout
@@ -214,15 +214,15 @@ def with_stated_outputs(pool, codes: list[str | None], grades: list, wanted: lis
     """``grades`` (``grading.Graded``) with ``stated_outputs`` and ``stated_output_mismatch``
     set for the answers in ``wanted`` (Python answers that execution would verify: the check
     can only take a verdict away), in one batch of sandbox jobs."""
-    jobs = {i: outputs_job(codes[i], timeout_s=timeout_s, memory_mb=memory_mb)
-            for i, want in enumerate(wanted) if want}
-    jobs = {i: job for i, job in jobs.items() if job is not None}
+    found = {i: claims(codes[i]) for i, want in enumerate(wanted) if want}
+    jobs = {i: outputs_job(codes[i], timeout_s=timeout_s, memory_mb=memory_mb, found=f)
+            for i, f in found.items() if f}
     if not jobs:
         return list(grades)
     results = dict(zip(jobs, pool.run_programs(list(jobs.values()))))
     out = list(grades)
     for i, result in results.items():
-        check = check_outputs(codes[i], result)
+        check = check_outputs(codes[i], result, found[i])
         out[i] = dataclasses.replace(grades[i], stated_outputs=check.status,
                                      stated_output_mismatch=check.mismatch)
     return out

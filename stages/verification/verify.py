@@ -53,7 +53,7 @@ import pyarrow as pa
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS, PASSED
 from arenaforge.stages.arena.selection import RULES, Candidate, Rule, select_answer
-from arenaforge.stages.common.task_kinds import table_tasks, uses_python_path
+from arenaforge.stages.common.task_kinds import table_tasks
 from arenaforge.stages.verification.execution import (  # noqa: F401  (re-exported: callers run answers here)
     Verdict,
     execute,
@@ -63,7 +63,6 @@ from arenaforge.stages.verification.grading import VERIFIED, Graded, grade  # no
 from arenaforge.stages.verification.polyglot_grading import grade_any, language_stats
 from arenaforge.stages.verification.recorded_runs import EVIDENCE_COLUMNS, recorded_runs
 from arenaforge.stages.verification.stated_outputs import NONE as NONE_STATED
-from arenaforge.stages.verification.stated_outputs import with_stated_outputs
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, suites_of_rows
 from pydantic import Field
 
@@ -233,12 +232,8 @@ def run(table: pa.Table, cfg: VerifyConfig, ctx: StageContext) -> StageResult:
     grades = grade_any(ctx.sandbox(), [(r["code"], suites.get(r["instruction_id"])) for r in rows],
                        tasks, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
                        fail_fast=cfg.fail_fast,
-                       recorded=[runs.get((r["instruction_id"], r["model"])) for r in rows])
-    # an answer that execution would verify still has to print what its own demo says
-    grades = with_stated_outputs(
-        ctx.sandbox(), [r["code"] for r in rows], grades,
-        [uses_python_path(*task) and g.verified(cfg.min_pass_fraction)
-         for task, g in zip(tasks, grades)], timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+                       recorded=[runs.get((r["instruction_id"], r["model"])) for r in rows],
+                       stated_outputs_at=cfg.min_pass_fraction)
     ctx.advance(len(rows))
     sel = _select(rows, grades, rate, cfg)
     columns = graded_columns(grades, cfg.min_pass_fraction)
