@@ -42,13 +42,15 @@ from arenaforge.pipeline.apps.humaneval_translate import (
     language_signature,
     translate_suite,
 )
+from arenaforge.pipeline.prompts import fill, load_template
+from arenaforge.pipeline.statuses import COMPILE_ERROR, PASSED
 
 log = logging.getLogger(__name__)
 
 ALL = "all"
 CHAT_TEMPLATE = "eval_humaneval_chat_language.txt"  # in pipeline/apps/prompts
-PASSED, COMPILE_ERROR, SANDBOX_FAULT, HARNESS_ERROR = (
-    "passed", "compile_error", "sandbox_fault", "harness_error")
+# an eval's own outcomes, besides the sandbox's statuses (``pipeline.statuses``)
+SANDBOX_FAULT, HARNESS_ERROR = "sandbox_fault", "harness_error"
 
 
 def resolve_languages(names: Sequence[str]) -> list[str]:
@@ -96,28 +98,16 @@ def _prompts(items: list[Any], language: str, style: str) -> list[str]:
     if language == "python":
         if style == "completion":
             return [p["prompt"] for p in items]
-        template = _template(ev.CHAT_TEMPLATE)
-        return [_fill(template, prompt=p["prompt"]) for p in items]
+        template = load_template(ev.CHAT_TEMPLATE)
+        return [fill(template, prompt=p["prompt"]) for p in items]
     if style == "completion":
         return [completion_prompt(tr, language) for tr in items]
     from arenaforge.pipeline.sandbox.languages.catalog import language as language_of
 
     lang = language_of(language)
-    template = _template(CHAT_TEMPLATE)
-    return [_fill(template, language=lang.display, fence=lang.fences[0],
+    template = load_template(CHAT_TEMPLATE)
+    return [fill(template, language=lang.display, fence=lang.fences[0],
                   prompt=language_prompt(tr, language)) for tr in items]
-
-
-def _template(name: str) -> str:
-    from arenaforge.pipeline.prompts import load_template
-
-    return load_template(name)
-
-
-def _fill(template: str, **slots: str) -> str:
-    from arenaforge.pipeline.prompts import fill
-
-    return fill(template, **slots)
 
 
 def _program(item: Any, language: str, style: str, text: str) -> str:
