@@ -62,7 +62,7 @@ from arenaforge.stages.verification.execution import (  # noqa: F401  (re-export
 from arenaforge.stages.verification.grading import VERIFIED, Graded, grade  # noqa: F401
 from arenaforge.stages.verification.polyglot_grading import grade_any, language_stats
 from arenaforge.stages.verification.recorded_runs import EVIDENCE_COLUMNS, recorded_runs
-from arenaforge.stages.verification.stated_outputs import NONE as NONE_STATED
+from arenaforge.stages.verification.stated_outputs import NONE as NO_STATED_OUTPUT
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, suites_of_rows
 from pydantic import Field
 
@@ -193,7 +193,7 @@ def verify_stats(rows: list[dict], grades: Sequence[Graded], sel: list[dict],
         stats[f"probe_gate.{g.probe_gate}"] += 1
         stats["reused_tests_run"] += g.reused
         stats[f"program_gate.{g.program_gate}"] += 1
-        if g.stated_outputs != NONE_STATED:
+        if g.stated_outputs != NO_STATED_OUTPUT:
             stats[f"stated_outputs.{g.stated_outputs}"] += 1
         step = g.admission(min_pass_fraction)
         stats[f"admission.{step}"] += 1
