@@ -274,19 +274,23 @@ def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, ba
         fan_out: ``(judges, judge -> rows) -> {judge: rows}`` (``model_fanout.per_model``: at
             once for served judges); None: one judge after another.
 
+    A battle between two of the judges, with no judge left who is not in it, is not judged
+    (its instruction is decided by its other battles; ``run`` counts it as
+    ``battles_unjudged``).
+
     Raises:
-        ValueError: a battle has no eligible judge (say how to fix the config).
+        ValueError: no battle has an eligible judge (say how to fix the config).
     """
     per_judge: dict[str, list[Battle]] = {j: [] for j in judges}
     for b in battles:
-        chosen = eligible_judges(b, judges, cfg.allow_self_judge, cfg.max_judges)
-        if not chosen:
-            raise ValueError(
-                f"judge: no eligible judge for the pair ({b.model_a}, {b.model_b}): judges are "
-                f"{judges} and a contestant may not judge itself; add a judge model "
-                "(judges: [...]) or set judge.allow_self_judge=true")
-        for j in chosen:
+        for j in eligible_judges(b, judges, cfg.allow_self_judge, cfg.max_judges):
             per_judge[j].append(b)
+    if battles and not any(per_judge.values()):
+        b = battles[0]
+        raise ValueError(
+            f"judge: no eligible judge for the pair ({b.model_a}, {b.model_b}): judges are "
+            f"{judges} and a contestant may not judge itself; add a judge model "
+            "(judges: [...]) or set judge.allow_self_judge=true")
     protocol = jp.PROTOCOLS[cfg.protocol]
     busy = [j for j in judges if per_judge[j]]
 
@@ -311,7 +315,10 @@ def run(table: pa.Table, cfg: JudgeConfig, ctx) -> StageResult:
     rows = judge_battles(battles, judges, cfg, ctx.backend, ctx.seed,
                          fan_out=lambda models, call: per_model(ctx, models, call))
     ctx.advance(table.num_rows)
-    stats: dict[str, float] = {"battles": float(len(battles))}
+    unjudged = sum(1 for b in battles if not eligible_judges(b, judges, cfg.allow_self_judge,
+                                                            cfg.max_judges))
+    stats: dict[str, float] = {"battles": float(len(battles)),
+                               "battles_unjudged": float(unjudged)}
     for r in rows:
         key = "judgements_parsed" if r["verdict"] is not None else "judgements_unparsed"
         stats[f"{key}.{r['judge']}"] = stats.get(f"{key}.{r['judge']}", 0.0) + 1

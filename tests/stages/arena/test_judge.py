@@ -107,6 +107,18 @@ def test_no_eligible_judge_is_a_clear_error():
             Ctx({m: PreferJudge(m) for m in ("m1", "m2")}))
 
 
+def test_a_battle_between_the_judges_is_left_unjudged_and_counted():
+    # configs/openai.yaml's arrangement: two of three experts judge, so the battle between
+    # those two has no uninvolved judge; the instruction's other battles are judged
+    table = answers({"i1": ["m1", "m2", "m3"], "i2": ["m2", "m3"]})
+    judges = {m: PreferJudge(m) for m in ("m2", "m3")}
+    out = run(table, JudgeConfig(protocol="pairwise", judges=["m2", "m3"]), Ctx(judges))
+    rows = out.table.to_pylist()
+    assert sorted({(r["instruction_id"], r["model_a"], r["model_b"], r["judge"])
+                   for r in rows}) == [("i1", "m1", "m2", "m3"), ("i1", "m1", "m3", "m2")]
+    assert out.stats["battles"] == 4 and out.stats["battles_unjudged"] == 2
+
+
 def test_verdict_maps_back_from_the_shown_position():
     table = answers({"i1": ["m1", "m2"]})
     judge = PreferJudge("j", prefer="m2")
