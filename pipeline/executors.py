@@ -53,6 +53,9 @@ class InlineExecutor:
     def embeddings(self, ctx: Any) -> None:
         return None  # the embedding model loads in this process, once (RunContext.embedder)
 
+    def warm_embeddings(self, ctx: Any) -> None:
+        return None  # this process is the one that decodes: an early import would only move it
+
     def release_embeddings(self) -> None:
         """Drop this process's embedding models (after the last stage that embeds)."""
         from arenaforge.pipeline.context import release_embedders
@@ -204,6 +207,16 @@ class RayExecutor:
                              for n in self.ray.nodes() if n["Alive"]] or [self.cpus])
             self._embeddings = start_service(node_cpus, service_gpus(self.task_gpus))
         return self._embeddings
+
+    def warm_embeddings(self, ctx: Any) -> None:
+        """Start the embedding service now and have it import its libraries while the stages
+        before the first that embeds run (it asks no CPU of Ray). A service that takes a GPU
+        share is still started by its first stage: earlier, that share could be one an engine
+        of an earlier model stage is waiting for."""
+        from arenaforge.pipeline.embedding_service import service_gpus
+
+        if self._embeddings is None and not service_gpus(self.task_gpus):
+            self.embeddings(ctx).warm.remote()
 
     def release_embeddings(self) -> None:
         """Stop the embedding service (after the last stage that embeds); what it did is kept

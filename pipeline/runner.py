@@ -303,7 +303,8 @@ def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunConte
     """Run stages in order; returns the funnel."""
     from arenaforge.pipeline.engine_lifetimes import holds_gpu, models_to_keep, stage_model_sets
 
-    check_chain(specs, store.completed(), store)
+    complete = store.completed()
+    check_chain(specs, complete, store)
     funnel = Funnel()
     # engines live from the first stage that uses them to the last of a run of such stages
     registry = ctx.registry() if any(s.uses_models for s in specs) else {}
@@ -311,6 +312,9 @@ def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunConte
     on_cpu = {m for m, spec in registry.items() if not holds_gpu(spec)}  # never released
     # the embedding model lives from the first stage that embeds to the last (one load a run)
     last_embedding = max((i for i, s in enumerate(specs) if s.uses_embeddings), default=-1)
+    if any(s.uses_embeddings and s.name not in complete for s in specs):
+        # its start-up overlaps the stages before the first that embeds
+        executor.warm_embeddings(ctx)
     with Progress(enabled=show_progress) as progress:
         for i, spec in enumerate(specs):
             funnel = funnel.plus(run_stage(spec, stage_cfgs[spec.name], ctx, store, executor,

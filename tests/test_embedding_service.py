@@ -90,6 +90,7 @@ def test_two_embedding_stages_share_one_model_loaded_once_on_ray(tmp_path, ray_l
     assert [k for k in loaded if k.startswith("embeddings:")] == [model]
     (service,) = loaded[model]  # one model load for the whole run
     assert service["load_seconds"] > 0
+    assert service["warm_seconds"] > 0  # imported at the start of the run, before decontaminate
     # the requests and HumanEval's 164 docstrings (each shard that misses the cache embeds
     # those too); compress found the requests' vectors in the run's cache
     assert service["texts"] >= len(TEXTS) + 164
@@ -131,6 +132,80 @@ def test_a_killed_service_restarts_and_embeds_the_same_vectors(ray_local):
     (after,) = stop_service(service)
     assert after["pid"] != before["pid"] and after["texts"] == 4
     assert np.array_equal(first, again)
+
+
+class CountingEmbedder:
+    """Stands in for the model: slow enough that requests overlap, and counts its calls."""
+
+    def __init__(self, fail_first: bool = False):
+        import threading
+
+        self.calls: list[list[str]] = []
+        self.fail_first = fail_first
+        self.lock = threading.Lock()
+
+    def embed(self, texts, batch_size, precision):
+        import time
+
+        import numpy as np
+
+        with self.lock:
+            self.calls.append(list(texts))
+            fail = self.fail_first and len(self.calls) == 1
+        time.sleep(0.3)
+        if fail:
+            raise RuntimeError("model died")
+        return np.array([[len(t), batch_size] for t in texts], np.float32)
+
+
+def _service_with(embedder):
+    from arenaforge.pipeline.embedding_service import EmbeddingService
+
+    service = EmbeddingService(2)
+    service._embedders[("m", None)] = embedder
+    return service
+
+
+def _at_once(service, requests):
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(len(requests)) as pool:
+        futures = [pool.submit(service.embed, "m", None, texts, 64, "float32")
+                   for texts in requests]
+        return [f.exception() or f.result() for f in futures]
+
+
+def test_equal_requests_in_flight_are_computed_once():
+    import numpy as np
+
+    embedder = CountingEmbedder()
+    service = _service_with(embedder)
+    docs, shard_a, shard_b = ["doc one", "doc two"], ["a"], ["b b"]
+    out = _at_once(service, [docs, docs, shard_a, docs, shard_b])
+    # the benchmark documents once for the three shards that asked together; each shard's own
+    # texts on their own
+    assert sorted(map(tuple, embedder.calls)) == sorted([tuple(docs), ("a",), ("b b",)])
+    assert service.shared_requests == 2
+    assert all(np.array_equal(out[0], out[i]) for i in (1, 3))
+    assert out[2].tolist() == [[1, 64]] and out[4].tolist() == [[3, 64]]
+    # once answered, the same request is computed again (the run's cache, not the service,
+    # keeps vectors between requests)
+    service.embed("m", None, docs, 64, "float32")
+    assert len(embedder.calls) == 4
+    # the same texts in another batch size or precision are another request
+    _at_once(service, [docs, docs])
+    service.embed("m", None, docs, 32, "float32")
+    assert len(embedder.calls) == 6
+
+
+def test_a_failed_request_fails_its_waiters_and_the_next_one_is_computed_again():
+    embedder = CountingEmbedder(fail_first=True)
+    service = _service_with(embedder)
+    out = _at_once(service, [["x"], ["x"], ["x"]])
+    assert len(embedder.calls) == 1
+    assert all(isinstance(o, RuntimeError) and "model died" in str(o) for o in out)
+    assert service.embed("m", None, ["x"], 64, "float32").tolist() == [[1, 64]]
+    assert len(embedder.calls) == 2 and not service._in_flight
 
 
 def test_inline_one_embedder_per_process_until_the_runner_releases_it(tmp_path):
