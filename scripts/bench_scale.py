@@ -28,12 +28,17 @@ What is measured (all from the run's own funnel unless said):
 * ``sandbox_s``: the same per-worker time of ``tests``, ``verify`` and ``repair`` outside model
   calls: running answers against tests in the sandbox (plus parsing, which is small).
 * ``runner_overhead_s``: wall minus the stages' work, where a stage's work is its shards'
-  seconds divided by its concurrent workers: the runner's own time (process and Ray start-up,
+  seconds divided by its concurrent workers, and at most the stage's wall (shards that wait
+  together on one service, as ``decontaminate``'s on the embedding service, would count their
+  waits side by side): the runner's own time (process and Ray start-up,
   planning shards, fingerprints, shipping and reading shards, writing markers and outputs,
   scheduling gaps and the idle tail of a stage's last shards). ``overhead_share`` =
   ``runner_overhead_s / wall_s`` (0-1). With engines this fast the model time is small, so the
   overhead as a multiple of it, ``overhead_vs_model`` = ``runner_overhead_s / model_s``, is
   reported as well and is not bounded by 1.
+* ``model_stages_wall_s`` / ``other_stages_wall_s``: the walls of the stages that call models
+  and of the others; ``embedding_stages_share``: ``decontaminate`` plus ``compress`` over the
+  run's wall.
 * ``wall_growth``: per size after the first, wall time and instruction count relative to the
   first size, and their ratio (1.0: linear).
 
@@ -41,6 +46,9 @@ Usage::
 
     python scripts/bench_scale.py --instructions 5000 20000 50000 --json bench.json
     python scripts/bench_scale.py --instructions 200 --set rate.n_bootstrap=0
+    # a user's config as it is (its experts mine the N instructions), 50 ms a request
+    python scripts/bench_scale.py --instructions 12000 --config configs/openai.yaml \
+        --ms-per-request 50 --ms-per-token 0 --ms-per-prompt-token 0
 
 The tests each answer runs are kept small (two authors, two tests and two generated inputs
 each, one repair round) and
@@ -78,12 +86,14 @@ SANDBOX_STAGES = ("tests", "verify", "repair")
 PROMPTS_PER_REQUEST = 32
 
 
-def start_load_server(ms_per_token: float, ms_per_prompt_token: float,
-                      log: Path) -> tuple[subprocess.Popen, dict[str, int]]:
+def start_load_server(ms_per_token: float, ms_per_prompt_token: float, log: Path,
+                      experts: dict[str, float] | None = None,
+                      ms_per_request: float = 0.0) -> tuple[subprocess.Popen, dict[str, int]]:
     """The load generator as a child process (it exits when its stdin closes)."""
     cmd = [sys.executable, str(ROOT / "scripts" / "load_server.py"),
-           "--ms-per-token", str(ms_per_token), "--ms-per-prompt-token", str(ms_per_prompt_token)]
-    for name, skill in EXPERTS.items():
+           "--ms-per-token", str(ms_per_token), "--ms-per-prompt-token", str(ms_per_prompt_token),
+           "--ms-per-request", str(ms_per_request)]
+    for name, skill in (experts or EXPERTS).items():
         cmd += ["--expert", f"{name}={skill}"]
     proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                             stderr=log.open("w"), text=True)
@@ -141,6 +151,45 @@ def write_run_files(workdir: Path, ports: dict[str, int], source: Path, name: st
         "tests": {"authors": experts[:2], "tests_per_author": 2, "inputs_per_author": 2},
         "repair": {"max_rounds": 1},
     }
+    path = workdir / "run.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def config_models(config: dict[str, Any]) -> list[str]:
+    """Every model id a run config names (experts, judges, test authors), in order."""
+    ids = list(config.get("experts") or [])
+    for key in ("judges",):
+        ids += config.get(key) or []
+    for stage, key in (("judge", "judges"), ("difficulty", "judges"), ("tests", "authors")):
+        ids += (config.get(stage) or {}).get(key) or []
+    return list(dict.fromkeys(ids))
+
+
+def write_config_run_files(workdir: Path, ports: dict[str, int], config_file: Path, n: int,
+                           name: str) -> Path:
+    """A user's run config (``--config``) as it is, its models served by the load generator:
+    the registry keeps each model's ``options`` from the config's own registry (batching,
+    concurrency), and the experts mine ``n`` instructions between them from their templates
+    (``mine.samples_per_language``)."""
+    config = yaml.safe_load(config_file.read_text())
+    registry_file = (config_file.parent / config.get("models_file", "models.yaml")).resolve()
+    served = {m["id"]: m for m in yaml.safe_load(registry_file.read_text())["models"]}
+    models = [{"id": e, "backend": "openai", "family": f"bench-{i}", "role": "expert",
+               "base_url": f"http://127.0.0.1:{port}/v1", "model_name": e,
+               "chat_template_source": "registry", "chat_template": CHATML,
+               "stop": ["<|im_end|>"], "n_ctx": 8192,
+               "options": {"max_concurrency": 16, "timeout_s": 120,
+                           **(served.get(e, {}).get("options") or {})}}
+              for i, (e, port) in enumerate(ports.items())]
+    registry = workdir / "models.yaml"
+    registry.write_text(yaml.safe_dump({"models": models}, sort_keys=False))
+    mine = dict(config.get("mine") or {})
+    languages = mine.get("languages") or ["Python"]
+    mine["samples_per_language"] = -(-n // (len(config["experts"]) * len(languages)))
+    runner = dict(config.get("runner") or {}, ray_address="local")
+    config.update(name=name, models_file=str(registry), artifacts_dir=str(workdir / "runs"),
+                  mine=mine, runner=runner)
     path = workdir / "run.yaml"
     path.write_text(yaml.safe_dump(config, sort_keys=False))
     return path
@@ -236,12 +285,18 @@ def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -
     """The benchmark's numbers from a run's ``stats.json`` (see the module docstring)."""
     from arenaforge.stages import PIPELINE
 
+    from arenaforge.stages import get_stage
+
     stages, work_s, model_s, sandbox_s = {}, 0.0, 0.0, 0.0
+    by_kind = {"model": 0.0, "other": 0.0}
     for name in sorted(stats, key=lambda n: PIPELINE.index(n) if n in PIPELINE else 99):
         s = stats[name]
         workers = max(int(s.get("workers") or 1), 1)
         stage_wall = s.get("wall_seconds_last_attempt") or 0.0
-        work_s += s["seconds"] / workers
+        # a stage's work is at most its wall: shards that wait together on one service
+        # (decontaminate's embeddings) count their waits side by side
+        work_s += min(s["seconds"] / workers, stage_wall)
+        by_kind["model" if get_stage(name).uses_models else "other"] += stage_wall
         model_s += s["model_seconds"] / workers
         if name in SANDBOX_STAGES:
             sandbox_s += (s["seconds"] - s["model_seconds"]) / workers
@@ -262,6 +317,12 @@ def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -
         "outside_stages_s": round(wall_s - sum(v["wall_s"] for v in stages.values()), 2),
         "model_s": round(model_s, 2),
         "overhead_vs_model": round(overhead / model_s, 3) if model_s else None,
+        # walls of the stages that call models against the others', and decontaminate plus
+        # compress (the embedding stages) as a share of the run's wall
+        "model_stages_wall_s": round(by_kind["model"], 2),
+        "other_stages_wall_s": round(by_kind["other"], 2),
+        "embedding_stages_share": round(sum(stages.get(k, {}).get("wall_s", 0.0) for k in (
+            "decontaminate", "compress")) / wall_s, 4) if wall_s else None,
         "sandbox_s": round(sandbox_s, 2),
         "server_requests": requests,
         "server_http_requests": sum(v.get("http_requests", 0) for v in servers.values()),
@@ -278,11 +339,20 @@ def bench_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any
     """Run the pipeline once on ``n`` instructions; returns its JSON entry."""
     size_dir = workdir / f"n{n}"
     size_dir.mkdir(parents=True, exist_ok=True)
-    source = write_jsonl(size_dir / "instructions.jsonl", n, seed=args.seed)
+    experts = EXPERTS
+    if args.config:
+        skills = list(EXPERTS.values())
+        named = config_models(yaml.safe_load(args.config.read_text()))
+        experts = {e: skills[i % len(skills)] for i, e in enumerate(named)}
     server, ports = start_load_server(args.ms_per_token, args.ms_per_prompt_token,
-                                      size_dir / "load_server.log")
+                                      size_dir / "load_server.log", experts,
+                                      args.ms_per_request)
     try:
-        config = write_run_files(size_dir, ports, source, f"bench-{n}", args.shard_size)
+        if args.config:
+            config = write_config_run_files(size_dir, ports, args.config, n, f"bench-{n}")
+        else:
+            source = write_jsonl(size_dir / "instructions.jsonl", n, seed=args.seed)
+            config = write_run_files(size_dir, ports, source, f"bench-{n}", args.shard_size)
         rc, wall, rss = run_driver(config, args.set or [], size_dir / "run.log", args.timeout_s)
         servers = server_stats(ports)
     finally:
@@ -337,6 +407,9 @@ def print_report(entries: list[dict[str, Any]]) -> None:
               f"servers: {e['server_requests']} prompts in {e['server_http_requests']} requests, "
               f"{e['server_simulated_s']} s simulated, "
               f"{e['server_cpu_s']} s CPU")
+        print(f"stages that call models {e['model_stages_wall_s']} s of wall, the others "
+              f"{e['other_stages_wall_s']} s; decontaminate + compress "
+              f"{e['embedding_stages_share']:.1%} of the run's wall")
         if "wall_growth" in e:
             g = e["wall_growth"]
             print(f"vs {g['vs']}: {g['size_x']}x instructions, {g['wall_x']}x wall "
@@ -350,6 +423,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", type=Path, help="write the per-size results here")
     parser.add_argument("--ms-per-token", type=float, default=0.2)
     parser.add_argument("--ms-per-prompt-token", type=float, default=0.02)
+    parser.add_argument("--ms-per-request", type=float, default=0.0,
+                        help="fixed latency of every request on top of the tokens' (ms)")
+    parser.add_argument("--config", type=Path,
+                        help="run this config as it is (e.g. configs/openai.yaml), its models "
+                             "served by the load generator, N instructions mined by its "
+                             "experts, instead of the benchmark's own five-expert config")
     # 64, not configs/openai.yaml's 32: the runner's cost is ~12 ms of wall a shard (read,
     # write, Ray's dispatch), 5.6% of a 50k run's wall at 32 once judging and embedding got
     # fast (projected from the 50k run at 32: 181 s in-stage idle over 14.8k shards)

@@ -6,9 +6,9 @@ speaking what :mod:`arenaforge.pipeline.backends.openai_server` sends: ``POST /v
 legacy completions shape, of each prompt when ``prompt`` is a list, as vLLM answers it),
 ``POST /tokenize`` (which candidates are single tokens),
 ``GET /v1/models``, ``GET /props`` (a ChatML template) and ``GET /health``; ``GET /stats`` says
-what was served. Every reply waits ``ms_per_token`` per generated token plus
-``ms_per_prompt_token`` per prompt token (4 characters make a token), so the pipeline, not the
-engines, sets the pace once they are fast.
+what was served. Every reply waits ``ms_per_request``, plus ``ms_per_token`` per generated token
+and ``ms_per_prompt_token`` per prompt token (4 characters make a token), so the pipeline, not
+the engines, sets the pace once they are fast.
 
 Replies are deterministic, keyed by the expert, the request's text and its seed, and plausible
 for each prompt the stages send (their templates; written by ``scripts/load_replies.py``):
@@ -131,9 +131,10 @@ class Engine:
 
 
 def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float,
-                 engine: Engine | None = None):
+                 engine: Engine | None = None, ms_request: float = 0.0):
     """The request handler class of one expert's server (``engine``: of bounded capacity;
-    None: every request runs at once, however many)."""
+    None: every request runs at once, however many; ``ms_request``: a fixed latency of every
+    sequence, as an engine's scheduling and first token cost)."""
 
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"  # keep-alive: the client holds its connections
@@ -190,7 +191,8 @@ def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float
                 else:
                     kind, payload, prompt_tokens, completion_tokens = self._answer(body)
                     kinds = [kind]
-                    simulated = (prompt_tokens * ms_prompt + completion_tokens * ms_token) / 1000
+                    simulated = (ms_request + prompt_tokens * ms_prompt
+                                 + completion_tokens * ms_token) / 1000
                     each = [simulated]
                 if engine is None:
                     time.sleep(simulated)
@@ -214,7 +216,7 @@ def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float
                 choices.append(dict(payload["choices"][0], index=i))
                 kinds.append(kind)
                 prompt_tokens += tokens_in
-                each.append((tokens_in * ms_prompt + tokens_out * ms_token) / 1000)
+                each.append((ms_request + tokens_in * ms_prompt + tokens_out * ms_token) / 1000)
             return kinds, {"object": "text_completion", "model": expert.name,
                            "choices": choices}, each, prompt_tokens, len(choices)
 
@@ -261,14 +263,15 @@ class _Server(ThreadingHTTPServer):
 
 
 def serve(experts: dict[str, float], ms_per_token: float, ms_per_prompt_token: float,
-          port: int = 0) -> dict[str, _Server]:
+          port: int = 0, ms_per_request: float = 0.0) -> dict[str, _Server]:
     """Start one server per expert on 127.0.0.1 (consecutive ports from ``port``, or free
     ones when 0), each in a daemon thread; returns them by expert name."""
     prompts = Prompts()
     servers = {}
     for i, (name, skill) in enumerate(experts.items()):
         expert = Expert(name, skill, prompts)
-        handler = make_handler(expert, Meter(), ms_per_token, ms_per_prompt_token)
+        handler = make_handler(expert, Meter(), ms_per_token, ms_per_prompt_token,
+                               ms_request=ms_per_request)
         server = _Server(("127.0.0.1", port + i if port else 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True,
                          name=f"serve-{name}").start()
@@ -291,6 +294,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="latency per generated token (ms)")
     parser.add_argument("--ms-per-prompt-token", type=float, default=0.02,
                         help="latency per prompt token (ms)")
+    parser.add_argument("--ms-per-request", type=float, default=0.0,
+                        help="fixed latency of every request (ms), on top of the tokens'")
     parser.add_argument("--port", type=int, default=0,
                         help="first port (experts get consecutive ports); 0: free ports")
     parser.add_argument("--max-seconds", type=float, default=4 * 3600,
@@ -300,7 +305,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    servers = serve(dict(args.expert), args.ms_per_token, args.ms_per_prompt_token, args.port)
+    servers = serve(dict(args.expert), args.ms_per_token, args.ms_per_prompt_token, args.port,
+                    args.ms_per_request)
     print(json.dumps({name: s.server_address[1] for name, s in servers.items()}), flush=True)
     done = threading.Event()
 
