@@ -3,12 +3,16 @@
 ``decontaminate`` and ``compress`` ask ``ctx.embedder(model_path, device)`` for one; inline it is
 a :class:`LocalEmbedder` held by the process, on Ray a client of the run's embedding service
 (``arenaforge.pipeline.embedding_service``), which holds one :class:`LocalEmbedder` for the
-whole run. Either way ``embed`` returns the same vectors for the same texts: a request is
-split into the batches ``SentenceTransformer.encode`` itself would make (texts sorted by
-length, longest first, ``batch_size`` at a time), and each batch is encoded on its own on one
-of ``lanes`` single-threaded lanes. A batch's vectors depend only on its texts (their padded
-length), so the lanes change the speed, not the numbers, and a shard's texts get the vectors a
-single-threaded encode of that shard gives.
+whole run. Either way ``embed`` returns the same vectors for the same texts.
+
+A text's vector is a function of the text alone, never of the texts it came with: a batch holds
+only texts of the same token length (:func:`length_batches`), so nothing is padded, and a
+padding-free batch on one thread computes each row as that text alone would (checked bit for
+bit, float32 and bfloat16, in ``tests/stages/common/test_embeddings.py``). A batch padded to its longest text
+computes the others' rows with other matrix shapes and moves them by up to 1e-7 (float32) or
+1e-3 (bfloat16). So the shard size, the batch size and which process asked first change the
+speed, not the numbers, and the run's embedding service may compute vectors ahead of the
+stage that asks for them. Batches are encoded on ``lanes`` single-threaded lanes.
 
 Why single-threaded lanes rather than one multi-threaded encode: torch's intra-op threads
 spin (OpenMP) and collapse when other processes share the cores. Measured here (2-core AMD
@@ -68,21 +72,29 @@ def resolve_precision(precision: str, device: str) -> str:
     return "bfloat16" if device == "cpu" and native_bf16_cpu() else "float32"
 
 
-def batch_order(texts: list[str], batch_size: int, model: Any = None) -> list[list[int]]:
-    """The batches (indices into ``texts``) that ``SentenceTransformer.encode`` makes: texts
-    sorted by length, longest first (the same ``np.argsort`` call, so ties fall alike), cut
-    every ``batch_size``.
+def length_batches(texts: list[str], batch_size: int, lengths: list[int]) -> list[list[int]]:
+    """Batches (indices into ``texts``) of at most ``batch_size`` texts of one token length
+    each (``lengths[i]``: the tokens of ``texts[i]`` as the model reads it), longest first,
+    first come first within a length.
 
-    >>> batch_order(["a", "ccc", "bb"], 2)
-    [[1, 2], [0]]
+    >>> length_batches(["a", "b c", "d", "e f", "g"], 2, [1, 2, 1, 2, 1])
+    [[1, 3], [0, 2], [4]]
     """
-    length = getattr(model, "_input_length", len)
-    order = np.argsort([-length(t) for t in texts])
-    flatten = getattr(model, "_can_flatten_inputs", None)
-    if callable(flatten) and flatten():
-        order = model._interleave_sorted_indices(order)
-    order = [int(i) for i in order]
-    return [order[i:i + batch_size] for i in range(0, len(order), batch_size)]
+    by_length: dict[int, list[int]] = {}
+    for i, n in enumerate(lengths):
+        by_length.setdefault(n, []).append(i)
+    return [idx[i:i + batch_size] for n in sorted(by_length, reverse=True)
+            for idx in [by_length[n]] for i in range(0, len(idx), batch_size)]
+
+
+def token_lengths(model: Any, texts: list[str], chunk: int = 1024) -> list[int]:
+    """Each text's token count as ``model.encode`` reads it (its own tokenizer call: the same
+    stripping, lowercasing and truncation)."""
+    out: list[int] = []
+    for i in range(0, len(texts), chunk):
+        features = getattr(model, "preprocess", None) or model.tokenize  # renamed in 6.x
+        out += features(texts[i:i + chunk])["attention_mask"].sum(dim=1).tolist()
+    return out
 
 
 class LocalEmbedder:
@@ -91,8 +103,10 @@ class LocalEmbedder:
     Args:
         model_path: the local model directory (never a hub name).
         device: ``cpu``, ``cuda``...; None: CUDA when available, else CPU.
-        lanes: batches encoded at once, each on one thread (``1``: in the calling thread,
-            with torch's own threads, as a plain ``encode`` runs).
+        lanes: batches encoded at once, each on one thread. torch computes single-threaded
+            in this process from the first ``embed`` on: with several threads a matrix
+            product splits its rows by their number, and a text's vector would move with its
+            batch (by ~1e-7 in float32, measured).
     """
 
     def __init__(self, model_path: Path | str, device: str | None = None, lanes: int = 1):
@@ -139,16 +153,16 @@ class LocalEmbedder:
             return np.zeros((0, model.get_sentence_embedding_dimension() or 0), np.float32)
         start = time.perf_counter()
         precision = self.precision(precision)
-        if self.lanes == 1:
-            out = self._encode(model, list(texts), batch_size, precision)
-        else:
-            batches = batch_order(list(texts), batch_size, model)
-            parts = list(self._lanes().map(
-                lambda idx: (idx, self._encode(model, [texts[i] for i in idx], len(idx),
-                                               precision)), batches))
-            out = np.empty((len(texts), parts[0][1].shape[1]), np.float32)
-            for idx, vecs in parts:
-                out[idx] = vecs
+        texts = list(texts)
+        batches = length_batches(texts, batch_size, token_lengths(model, texts))
+
+        def encode(idx: list[int]) -> tuple[list[int], np.ndarray]:
+            return idx, self._encode(model, [texts[i] for i in idx], len(idx), precision)
+
+        parts = list(self._lanes().map(encode, batches))
+        out = np.empty((len(texts), parts[0][1].shape[1]), np.float32)
+        for idx, vecs in parts:
+            out[idx] = vecs
         self.texts += len(texts)
         self.embed_seconds += time.perf_counter() - start
         return out
@@ -158,8 +172,8 @@ class LocalEmbedder:
             if self._pool is None:
                 import torch
 
-                # each lane is one thread: the process's intra-op threads would spin against
-                # the lanes (this process holds nothing else: the service's actor)
+                # each lane is one thread: intra-op threads would spin against the lanes and
+                # make a text's vector depend on its batch (see ``lanes``)
                 torch.set_num_threads(1)
                 self._pool = ThreadPoolExecutor(self.lanes, thread_name_prefix="embed")
             return self._pool

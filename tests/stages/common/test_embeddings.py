@@ -127,3 +127,27 @@ def test_the_run_level_precision_reaches_both_stages_unless_a_stage_sets_its_own
     assert cfg.decontaminate.embedding.precision == "bfloat16"
     assert cfg.compress.precision == "float32"
     assert load_config(root / "configs" / "smoke.yaml").compress.precision == "float32"
+
+
+@pytest.mark.models
+@pytest.mark.parametrize("precision", ["float32", "bfloat16"])
+def test_a_texts_vector_does_not_depend_on_the_texts_it_came_with(precision):
+    # batches hold only texts of one token length (nothing padded): a text's vector is the same
+    # bits alone, in any request, at any batch size, on any number of lanes
+    from arenaforge.pipeline.embedder import LocalEmbedder
+    from arenaforge.stages.common.embeddings import resolve_model_path
+
+    others = [f"Write a Python function number {i} that " + "adds two numbers " * (i % 5)
+              for i in range(24)]
+    texts = [normalize_text(t) for t in TEXTS] + others
+    embedder = LocalEmbedder(resolve_model_path(None), "cpu")
+    alone = np.stack([embedder.embed([t], 1, precision)[0] for t in texts])
+    for batch_size in (16, 64):
+        together = embedder.embed(texts, batch_size, precision)
+        assert np.array_equal(together, alone), batch_size
+    reversed_ = embedder.embed(texts[::-1], 8, precision)[::-1]
+    assert np.array_equal(reversed_, alone)
+    on_lanes = LocalEmbedder(resolve_model_path(None), "cpu", lanes=2)
+    assert np.array_equal(on_lanes.embed(texts[5:] + texts[:5], 16, precision),
+                          np.concatenate([alone[5:], alone[:5]]))
+    on_lanes.close()
