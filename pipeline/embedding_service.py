@@ -33,6 +33,10 @@ import numpy as np
 
 # Requests one actor accepts at once: every shard task in flight (their batches share the lanes).
 MAX_CALLERS = 64
+# Texts a prefetch embeds at a time: enough of one token length to fill batches (about 100
+# of each length among 12,000 instructions), short enough that a stage's request that arrives
+# meanwhile repeats little (a chunk is ~14 s of two lanes)
+PREFETCH_CHUNK = 2048
 # Restarts of a service whose process died (and retries of each call in flight then)
 RESTARTS = 3
 
@@ -45,9 +49,16 @@ class EmbeddingService:
         self._lock = threading.Lock()
         self._embedders: dict[tuple[str, str | None], Any] = {}
         self._in_flight: dict[tuple, Future] = {}
+        # (model, device, resolved precision) -> text -> vector: every vector computed here. A
+        # vector is a function of its text alone (arenaforge.pipeline.embedder), so one
+        # computed ahead, or for another request, is the one this request would compute
+        self._memo: dict[tuple[str, str | None, str], dict[str, np.ndarray]] = {}
         self.started_at = time.time()
         self.warm_seconds = 0.0
         self.shared_requests = 0
+        self.memo_hits = 0
+        self.prefetched = 0
+        self.prefetch_seconds = 0.0
 
     def warm(self) -> float:
         """Import sentence-transformers and torch now (seconds taken): the runner calls it at
@@ -71,13 +82,31 @@ class EmbeddingService:
 
     def embed(self, model_path: str, device: str | None, texts: list[str], batch_size: int,
               precision: str) -> np.ndarray:
-        """The embeddings of ``texts``; a request equal to one in flight waits for that one's
-        result instead of computing it again. Every shard of ``decontaminate`` asks for the
-        benchmark documents' vectors, and the shards that start together all miss the run's
-        cache at once: at 1,000 instructions on 2 cores four of them embedded HumanEval's 164
-        docstrings side by side, 656 texts where 164 do."""
+        """The embeddings of ``texts``: from the memo where this service computed them before
+        (ahead, :meth:`prefetch`, or for another request), the rest computed now. A computation
+        equal to one in flight waits for that one instead: every shard of ``decontaminate``
+        asks for the benchmark documents' vectors, and the shards that start together all miss
+        the run's cache at once (at 1,000 instructions on 2 cores four of them embedded
+        HumanEval's 164 docstrings side by side, 656 texts where 164 do)."""
+        embedder = self._embedder(model_path, device)
+        resolved = embedder.precision(precision)
+        memo = self._memo_for(model_path, device, resolved)
+        with self._lock:
+            known = {t: memo[t] for t in texts if t in memo}
+            self.memo_hits += sum(1 for t in texts if t in known)
+        missing = list(dict.fromkeys(t for t in texts if t not in known))
+        if missing:
+            known.update(zip(missing, self._compute(embedder, memo, missing, batch_size,
+                                                    resolved, (model_path, device))))
+        if not texts:
+            return embedder.embed([], batch_size, resolved)
+        return np.stack([known[t] for t in texts]).astype(np.float32, copy=False)
+
+    def _compute(self, embedder: Any, memo: dict[str, np.ndarray], texts: list[str],
+                 batch_size: int, precision: str, where: tuple) -> np.ndarray:
+        """Embed ``texts`` (or wait for an equal computation in flight) and memoise them."""
         digest = hashlib.sha256("\0".join(texts).encode()).digest()
-        key = (model_path, device, batch_size, precision, len(texts), digest)
+        key = (*where, precision, len(texts), digest)
         with self._lock:
             pending = self._in_flight.get(key)
             owner = pending is None
@@ -88,7 +117,9 @@ class EmbeddingService:
         if not owner:
             return pending.result()
         try:
-            out = self._embedder(model_path, device).embed(texts, batch_size, precision)
+            out = embedder.embed(texts, batch_size, precision)
+            with self._lock:
+                memo.update(zip(texts, out))
             pending.set_result(out)
             return out
         except BaseException as exc:
@@ -97,6 +128,42 @@ class EmbeddingService:
         finally:
             with self._lock:
                 del self._in_flight[key]
+
+    def _memo_for(self, model_path: str, device: str | None,
+                  precision: str) -> dict[str, np.ndarray]:
+        with self._lock:
+            return self._memo.setdefault((model_path, device, precision), {})
+
+    def prefetch(self, model_path: str, device: str | None, texts: list[str], batch_size: int,
+                 precision: str) -> None:
+        """Start embedding ``texts`` ahead of the stage that will ask for them, in a thread of
+        its own (returns at once): the runner sends what ``decontaminate`` will embed while
+        the stage before it waits on its servers, and the stage then finds the vectors here.
+        Texts already known are skipped; a stage's request that arrives meanwhile computes
+        what is not known yet itself (at most a chunk is done twice)."""
+        threading.Thread(target=self._prefetch, daemon=True, name="embed-prefetch",
+                         args=(model_path, device, list(texts), batch_size, precision)).start()
+
+    def _prefetch(self, model_path: str, device: str | None, texts: list[str],
+                  batch_size: int, precision: str) -> None:
+        start = time.perf_counter()
+        try:
+            embedder = self._embedder(model_path, device)
+            resolved = embedder.precision(precision)
+            memo = self._memo_for(model_path, device, resolved)
+            todo = list(dict.fromkeys(texts))
+            for i in range(0, len(todo), PREFETCH_CHUNK):
+                with self._lock:
+                    chunk = [t for t in todo[i:i + PREFETCH_CHUNK] if t not in memo]
+                if chunk:
+                    vecs = embedder.embed(chunk, batch_size, resolved)
+                    with self._lock:
+                        memo.update(zip(chunk, vecs))
+                        self.prefetched += len(chunk)
+        except Exception as exc:  # noqa: BLE001 - only an optimisation: the stage computes
+            logging.getLogger(__name__).warning("embedding prefetch stopped: %s", exc)
+        finally:
+            self.prefetch_seconds += time.perf_counter() - start
 
     def precision(self, model_path: str, device: str | None, asked: str) -> str:
         return self._embedder(model_path, device).precision(asked)
@@ -107,7 +174,9 @@ class EmbeddingService:
         with self._lock:
             embedders = list(self._embedders.values())
         return [{**e.stats(), "pid": os.getpid(), "started_at": self.started_at,
-                 "warm_seconds": self.warm_seconds, "shared_requests": self.shared_requests}
+                 "warm_seconds": self.warm_seconds, "shared_requests": self.shared_requests,
+                 "memo_hits": self.memo_hits, "prefetched": self.prefetched,
+                 "prefetch_seconds": self.prefetch_seconds}
                 for e in embedders if e.load_seconds]
 
     def close(self) -> None:
@@ -115,6 +184,13 @@ class EmbeddingService:
             for e in self._embedders.values():
                 e.close()
             self._embedders.clear()
+            self._memo.clear()
+
+
+def prefetch_request(service: Any, request: Any) -> None:
+    """Send a stage's :class:`~arenaforge.pipeline.stage.EmbedAhead` to the service."""
+    service.prefetch.remote(request.model_path, request.device, list(request.texts),
+                            request.batch_size, request.precision)
 
 
 class RemoteEmbedder:

@@ -56,6 +56,9 @@ class InlineExecutor:
     def warm_embeddings(self, ctx: Any) -> None:
         return None  # this process is the one that decodes: an early import would only move it
 
+    def embed_ahead(self, request: Any) -> bool:
+        return False  # one process: nothing runs beside the stage
+
     def release_embeddings(self) -> None:
         """Drop this process's embedding models (after the last stage that embeds)."""
         from arenaforge.pipeline.context import release_embedders
@@ -217,6 +220,16 @@ class RayExecutor:
 
         if self._embeddings is None and not service_gpus(self.task_gpus):
             self.embeddings(ctx).warm.remote()
+
+    def embed_ahead(self, request: Any) -> bool:
+        """Have the embedding service, when :meth:`warm_embeddings` started it, compute
+        ``request`` (a stage's ``EmbedAhead``) while the next stage runs; whether it was sent."""
+        if self._embeddings is None:
+            return False
+        from arenaforge.pipeline.embedding_service import prefetch_request
+
+        prefetch_request(self._embeddings, request)
+        return True
 
     def release_embeddings(self) -> None:
         """Stop the embedding service (after the last stage that embeds); what it did is kept

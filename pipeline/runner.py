@@ -317,6 +317,8 @@ def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunConte
         executor.warm_embeddings(ctx)
     with Progress(enabled=show_progress) as progress:
         for i, spec in enumerate(specs):
+            if i + 1 < len(specs):
+                _embed_ahead(spec, specs[i + 1], stage_cfgs, store, executor, complete)
             funnel = funnel.plus(run_stage(spec, stage_cfgs[spec.name], ctx, store, executor,
                                            shard_size, progress))
             executor.release_engines(models_to_keep(used, i) | on_cpu)
@@ -324,6 +326,21 @@ def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunConte
                 executor.release_embeddings()
     _write_run_summary(store, funnel)
     return funnel
+
+
+def _embed_ahead(spec: StageSpec, after: StageSpec, stage_cfgs: dict[str, Any],
+                 store: RunStore, executor: Any, complete: dict[str, Any]) -> None:
+    """Before ``spec`` runs: when the next stage embeds what ``spec`` passes on
+    (``StageSpec.embeds_ahead``), send what it will embed, read from ``spec``'s own input, to
+    the run's embedding service, which computes it while ``spec`` waits on its models."""
+    if (after.embeds_ahead is None or after.source != spec.name or spec.source is None
+            or after.name in complete or not store.stage(spec.source).success()):
+        return
+    rows = store.stage(spec.source).read(columns=list(after.inputs))
+    request = after.embeds_ahead(rows, stage_cfgs[after.name]) if rows.num_rows else None
+    if request is not None and executor.embed_ahead(request):
+        log.info("embedding %d texts for %s while %s runs", len(request.texts), after.name,
+                 spec.name)
 
 
 def _write_run_summary(store: RunStore, funnel: Funnel) -> None:

@@ -115,6 +115,22 @@ PlanFn = Callable[[StageConfig, StageContext], pa.Table]
 
 
 @dataclasses.dataclass(frozen=True)
+class EmbedAhead:
+    """Texts a stage will embed, as its ``ctx.embedder`` will be asked for them (the same
+    model, device, batch size and asked precision; the texts as embedded)."""
+
+    model_path: str
+    device: str | None
+    texts: Sequence[str]
+    batch_size: int
+    precision: str
+
+
+# (the rows the stage before reads, this stage's config) -> what this stage will embed, or None
+AheadFn = Callable[[pa.Table, StageConfig], "EmbedAhead | None"]
+
+
+@dataclasses.dataclass(frozen=True)
 class StageSpec:
     """Declares a stage to the runner.
 
@@ -142,6 +158,10 @@ class StageSpec:
         uses_models: True when the stage calls LLM backends (the runner sizes its pool).
         uses_embeddings: True when the stage embeds text through ``ctx.embedder`` (the runner
             keeps the run's embedding service from the first such stage to the last).
+        embeds_ahead: for a stage whose source is a row filter: from the rows that source
+            reads (a superset of this stage's), what this stage will embed. On Ray the runner
+            sends it to the embedding service while the source stage runs, so the vectors are
+            computed while that stage waits on its models.
     """
 
     name: str
@@ -159,6 +179,7 @@ class StageSpec:
     prompts: tuple[str, ...] = ()
     uses_models: bool = False
     uses_embeddings: bool = False
+    embeds_ahead: AheadFn | None = None
 
     def __post_init__(self) -> None:
         if (self.source is None) == (self.plan is None):

@@ -283,9 +283,7 @@ def run_driver(config: Path, overrides: list[str], log: Path,
 
 def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -> dict[str, Any]:
     """The benchmark's numbers from a run's ``stats.json`` (see the module docstring)."""
-    from arenaforge.stages import PIPELINE
-
-    from arenaforge.stages import get_stage
+    from arenaforge.stages import PIPELINE, get_stage
 
     stages, work_s, model_s, sandbox_s = {}, 0.0, 0.0, 0.0
     by_kind = {"model": 0.0, "other": 0.0}

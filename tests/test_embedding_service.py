@@ -118,6 +118,53 @@ def test_two_embedding_stages_share_one_model_loaded_once_on_ray(tmp_path, ray_l
         "semantic_duplicate"] * 2
 
 
+def slow_filter(table, cfg, ctx):
+    import time
+
+    time.sleep(8)  # a stage that waits on its servers: the service embeds meanwhile
+    return table
+
+
+# clean -> difficulty (a row filter) -> decontaminate: what decontaminate will embed is known
+# from clean's output before difficulty runs
+AHEAD_SPECS = [StageSpec(name="clean", config=SourceConfig, run=lambda t, c, x: t,
+                         plan=source_plan, outputs=("instruction_id", "instruction")),
+               StageSpec(name="difficulty", config=SourceConfig, run=slow_filter,
+                         source="clean", inputs=("instruction_id", "instruction"),
+                         outputs=("instruction_id", "instruction")),
+               decontaminate.STAGE, compress.STAGE]
+
+
+@pytest.mark.models
+def test_decontaminate_embeds_while_the_stage_before_it_runs(tmp_path, ray_local):
+    from arenaforge.pipeline.runner import run_stages
+
+    cfgs = {"clean": SourceConfig(), "difficulty": SourceConfig(),
+            "decontaminate": decontaminate.DecontaminateConfig(),
+            "compress": compress.CompressConfig()}
+    stores, loaded = {}, {}
+    for name, executor in (("ray", RayExecutor()), ("inline", InlineExecutor(1))):
+        store = stores[name] = RunStore(tmp_path / name)
+        store.open("ahead", "ahead: true\n")
+        try:
+            run_stages(AHEAD_SPECS, cfgs, toy_ctx(tmp_path / name), store, executor, 4,
+                       show_progress=False)
+            loaded.update(executor.loaded_models() if name == "ray" else {})
+        finally:
+            executor.close()
+    (service,) = loaded[f"embeddings:{resolve_model_path(None)}"]
+    # every request and HumanEval docstring was computed ahead, and decontaminate's shards
+    # found them there: none was computed for a shard
+    assert service["prefetched"] == len(TEXTS) + 164
+    assert service["texts"] == len(TEXTS) + 164
+    assert service["memo_hits"] >= len(TEXTS) + 164
+    # the rows are an inline run's, which computes every vector in its shards
+    for stage in ("decontaminate", "compress"):
+        for which in ("kept", "dropped"):
+            assert _rows(stores["ray"], stage, which) == _rows(stores["inline"], stage, which)
+    assert len(_rows(stores["ray"], "decontaminate", "dropped")) == 1
+
+
 @pytest.mark.models
 def test_a_killed_service_restarts_and_embeds_the_same_vectors(ray_local):
     import numpy as np
@@ -143,6 +190,9 @@ class CountingEmbedder:
         self.calls: list[list[str]] = []
         self.fail_first = fail_first
         self.lock = threading.Lock()
+
+    def precision(self, asked):
+        return asked
 
     def embed(self, texts, batch_size, precision):
         import time
@@ -188,14 +238,33 @@ def test_equal_requests_in_flight_are_computed_once():
     assert service.shared_requests == 2
     assert all(np.array_equal(out[0], out[i]) for i in (1, 3))
     assert out[2].tolist() == [[1, 64]] and out[4].tolist() == [[3, 64]]
-    # once answered, the same request is computed again (the run's cache, not the service,
-    # keeps vectors between requests)
-    service.embed("m", None, docs, 64, "float32")
-    assert len(embedder.calls) == 4
-    # the same texts in another batch size or precision are another request
-    _at_once(service, [docs, docs])
-    service.embed("m", None, docs, 32, "float32")
-    assert len(embedder.calls) == 6
+    # once answered, the texts are known: asked again (in any company, at any batch size),
+    # only the unknown ones are computed
+    assert service.embed("m", None, docs, 32, "float32").tolist() == out[0].tolist()
+    assert len(embedder.calls) == 3
+    mixed = service.embed("m", None, ["new", "doc two", "a"], 16, "float32")
+    assert embedder.calls[3:] == [["new"]]
+    assert mixed.tolist() == [[3, 16], out[0][1].tolist(), [1, 64]]
+    # another precision is another memo
+    service.embed("m", None, ["a"], 64, "bfloat16")
+    assert embedder.calls[4:] == [["a"]]
+
+
+def test_a_prefetch_computes_ahead_and_a_request_finds_its_vectors():
+    import time
+
+    embedder = CountingEmbedder()
+    service = _service_with(embedder)
+    texts = [f"text {i}" for i in range(5)]
+    service.prefetch("m", None, texts + texts[:2], 16, "float32")
+    deadline = time.time() + 10
+    while service.prefetched < 5 and time.time() < deadline:
+        time.sleep(0.05)
+    assert service.prefetched == 5 and embedder.calls == [texts]  # each distinct text once
+    out = service.embed("m", None, texts[3:] + ["other"], 64, "float32")
+    assert embedder.calls[1:] == [["other"]] and service.memo_hits == 2
+    assert out.tolist() == [[6, 16], [6, 16], [5, 64]]  # the prefetch's batch size: a text's
+    # vector does not depend on it (arenaforge.pipeline.embedder); the stand-in shows whose
 
 
 def test_a_failed_request_fails_its_waiters_and_the_next_one_is_computed_again():

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 import pyarrow as pa
-from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
+from arenaforge.pipeline.stage import EmbedAhead, StageConfig, StageResult, StageSpec
 from arenaforge.stages.common.embeddings import Precision
 from pydantic import Field
 
@@ -271,7 +271,23 @@ def run(table: pa.Table, cfg: DecontaminateConfig, ctx) -> StageResult:
     return StageResult(table=table.filter(keep), dropped=dropped, stats=stats)
 
 
+def embeds_ahead(table: pa.Table, cfg: DecontaminateConfig) -> EmbedAhead | None:
+    """What :func:`embedding_matches` will embed for ``table``'s requests (or a subset of
+    them) and the benchmark documents: the normalised texts (``cached_embeddings`` embeds
+    those), with the embedding check's model, batch size and precision."""
+    if not cfg.embedding.enabled or "instruction" not in table.column_names:
+        return None
+    from arenaforge.pipeline.textnorm import normalize_text
+    from arenaforge.stages.common.embeddings import resolve_model_path
+
+    _, docs = benchmark_docs(cfg)
+    texts = [normalize_text(t) for t in table.column("instruction").to_pylist()]
+    texts += [normalize_text(d[3]) for d in docs]
+    return EmbedAhead(str(resolve_model_path(cfg.embedding.model)), None, texts,
+                      cfg.embedding.batch_size, cfg.embedding.precision or "float32")
+
+
 STAGE = StageSpec(name="decontaminate", config=DecontaminateConfig, run=run,
-                  source="difficulty", uses_embeddings=True,
+                  source="difficulty", uses_embeddings=True, embeds_ahead=embeds_ahead,
                   inputs=("instruction_id", "instruction"),
                   outputs=("instruction_id", "instruction"))
