@@ -20,7 +20,6 @@ all of them) and those stages' tasks ask for none; the placement plan counts it 
 
 from __future__ import annotations
 
-import hashlib
 import logging
 import os
 import threading
@@ -48,11 +47,12 @@ class EmbeddingService:
         self.lanes = max(1, lanes)
         self._lock = threading.Lock()
         self._embedders: dict[tuple[str, str | None], Any] = {}
-        self._in_flight: dict[tuple, Future] = {}
         # (model, device, resolved precision) -> text -> vector: every vector computed here. A
         # vector is a function of its text alone (arenaforge.pipeline.embedder), so one
         # computed ahead, or for another request, is the one this request would compute
         self._memo: dict[tuple[str, str | None, str], dict[str, np.ndarray]] = {}
+        # the same key -> text -> the computation that has it in hand
+        self._pending: dict[tuple[str, str | None, str], dict[str, Future]] = {}
         self.started_at = time.time()
         self.warm_seconds = 0.0
         self.shared_requests = 0
@@ -83,87 +83,106 @@ class EmbeddingService:
     def embed(self, model_path: str, device: str | None, texts: list[str], batch_size: int,
               precision: str) -> np.ndarray:
         """The embeddings of ``texts``: from the memo where this service computed them before
-        (ahead, :meth:`prefetch`, or for another request), the rest computed now. A computation
-        equal to one in flight waits for that one instead: every shard of ``decontaminate``
-        asks for the benchmark documents' vectors, and the shards that start together all miss
-        the run's cache at once (at 1,000 instructions on 2 cores four of them embedded
+        (ahead, :meth:`prefetch`, or for another request); those another computation has in
+        hand are waited for; the rest are computed now. Every shard of ``decontaminate`` asks
+        for the benchmark documents' vectors, and the shards that start together all miss the
+        run's cache at once (at 1,000 instructions on 2 cores four of them embedded
         HumanEval's 164 docstrings side by side, 656 texts where 164 do)."""
         embedder = self._embedder(model_path, device)
         resolved = embedder.precision(precision)
-        memo = self._memo_for(model_path, device, resolved)
-        with self._lock:
-            known = {t: memo[t] for t in texts if t in memo}
-            self.memo_hits += sum(1 for t in texts if t in known)
-        missing = list(dict.fromkeys(t for t in texts if t not in known))
-        if missing:
-            known.update(zip(missing, self._compute(embedder, memo, missing, batch_size,
-                                                    resolved, (model_path, device))))
         if not texts:
             return embedder.embed([], batch_size, resolved)
-        return np.stack([known[t] for t in texts]).astype(np.float32, copy=False)
+        found = self._vectors(embedder, (model_path, device, resolved),
+                              list(dict.fromkeys(texts)), batch_size)
+        return np.stack([found[t] for t in texts]).astype(np.float32, copy=False)
 
-    def _compute(self, embedder: Any, memo: dict[str, np.ndarray], texts: list[str],
-                 batch_size: int, precision: str, where: tuple) -> np.ndarray:
-        """Embed ``texts`` (or wait for an equal computation in flight) and memoise them."""
-        digest = hashlib.sha256("\0".join(texts).encode()).digest()
-        key = (*where, precision, len(texts), digest)
+    def _vectors(self, embedder: Any, key: tuple[str, str | None, str], texts: list[str],
+                 batch_size: int) -> dict[str, np.ndarray]:
+        """``{text: vector}`` for distinct ``texts``: known, awaited or computed here."""
+        memo = self._memo.setdefault(key, {})
+        pending = self._pending.setdefault(key, {})
+        found: dict[str, np.ndarray] = {}
+        waits: dict[Future, list[str]] = {}
+        mine: list[str] = []
         with self._lock:
-            pending = self._in_flight.get(key)
-            owner = pending is None
-            if owner:
-                pending = self._in_flight[key] = Future()
-            else:
-                self.shared_requests += 1
-        if not owner:
-            return pending.result()
-        try:
-            out = embedder.embed(texts, batch_size, precision)
+            for t in texts:
+                if t in memo:
+                    found[t] = memo[t]
+                elif t in pending:
+                    waits.setdefault(pending[t], []).append(t)
+                else:
+                    mine.append(t)
+            self.memo_hits += len(found)
+            self.shared_requests += bool(waits)
+            done = Future()
+            for t in mine:
+                pending[t] = done
+        if mine:
+            try:
+                vecs = embedder.embed(mine, batch_size, key[2])
+            except BaseException as exc:
+                self._settle(key, mine, done, None, exc)
+                raise
+            self._settle(key, mine, done, vecs, None)
+            found.update(zip(mine, vecs))
+        for future, wanted in waits.items():
+            if future.exception() is not None:  # that computation failed: do it here
+                found.update(self._vectors(embedder, key, wanted, batch_size))
+                continue
             with self._lock:
-                memo.update(zip(texts, out))
-            pending.set_result(out)
-            return out
-        except BaseException as exc:
-            pending.set_exception(exc)
-            raise
-        finally:
-            with self._lock:
-                del self._in_flight[key]
+                found.update((t, memo[t]) for t in wanted)
+        return found
 
-    def _memo_for(self, model_path: str, device: str | None,
-                  precision: str) -> dict[str, np.ndarray]:
+    def _settle(self, key: tuple, texts: list[str], done: Future, vecs: np.ndarray | None,
+                error: BaseException | None) -> None:
+        """Record a computation's vectors (or its failure) and wake whoever waits on it."""
         with self._lock:
-            return self._memo.setdefault((model_path, device, precision), {})
+            if vecs is not None:
+                self._memo[key].update(zip(texts, vecs))
+            for t in texts:
+                self._pending[key].pop(t, None)
+        if error is not None:
+            done.set_exception(error)
+        else:
+            done.set_result(None)
 
     def prefetch(self, model_path: str, device: str | None, texts: list[str], batch_size: int,
                  precision: str) -> None:
         """Start embedding ``texts`` ahead of the stage that will ask for them, in a thread of
         its own (returns at once): the runner sends what ``decontaminate`` will embed while
-        the stage before it waits on its servers, and the stage then finds the vectors here.
-        Texts already known are skipped; a stage's request that arrives meanwhile computes
-        what is not known yet itself (at most a chunk is done twice)."""
-        threading.Thread(target=self._prefetch, daemon=True, name="embed-prefetch",
-                         args=(model_path, device, list(texts), batch_size, precision)).start()
-
-    def _prefetch(self, model_path: str, device: str | None, texts: list[str],
-                  batch_size: int, precision: str) -> None:
-        start = time.perf_counter()
-        try:
-            embedder = self._embedder(model_path, device)
-            resolved = embedder.precision(precision)
-            memo = self._memo_for(model_path, device, resolved)
-            todo = list(dict.fromkeys(texts))
+        the stage before it waits on its servers. Every text is claimed at once, in chunks of
+        ``PREFETCH_CHUNK`` computed in turn; a stage's request for a claimed text waits for
+        its chunk instead of computing it again in a smaller batch."""
+        embedder = self._embedder(model_path, device)
+        key = (model_path, device, embedder.precision(precision))
+        memo = self._memo.setdefault(key, {})
+        pending = self._pending.setdefault(key, {})
+        plan: list[tuple[list[str], Future]] = []
+        with self._lock:
+            todo = [t for t in dict.fromkeys(texts) if t not in memo and t not in pending]
             for i in range(0, len(todo), PREFETCH_CHUNK):
-                with self._lock:
-                    chunk = [t for t in todo[i:i + PREFETCH_CHUNK] if t not in memo]
-                if chunk:
-                    vecs = embedder.embed(chunk, batch_size, resolved)
-                    with self._lock:
-                        memo.update(zip(chunk, vecs))
-                        self.prefetched += len(chunk)
-        except Exception as exc:  # noqa: BLE001 - only an optimisation: the stage computes
-            logging.getLogger(__name__).warning("embedding prefetch stopped: %s", exc)
-        finally:
-            self.prefetch_seconds += time.perf_counter() - start
+                chunk, done = todo[i:i + PREFETCH_CHUNK], Future()
+                for t in chunk:
+                    pending[t] = done
+                plan.append((chunk, done))
+        threading.Thread(target=self._prefetch, daemon=True, name="embed-prefetch",
+                         args=(embedder, key, plan, batch_size)).start()
+
+    def _prefetch(self, embedder: Any, key: tuple, plan: list[tuple[list[str], Future]],
+                  batch_size: int) -> None:
+        start = time.perf_counter()
+        for i, (chunk, done) in enumerate(plan):
+            try:
+                vecs = embedder.embed(chunk, batch_size, key[2])
+            except Exception as exc:  # noqa: BLE001 - only an optimisation: waiters compute
+                logging.getLogger(__name__).warning("embedding prefetch stopped: %s", exc)
+                for rest, later in plan[i:]:
+                    self._settle(key, rest, later, None, exc)
+                break
+            self._settle(key, chunk, done, vecs, None)
+            with self._lock:
+                self.prefetched += len(chunk)
+        self.prefetch_seconds += time.perf_counter() - start
 
     def precision(self, model_path: str, device: str | None, asked: str) -> str:
         return self._embedder(model_path, device).precision(asked)
