@@ -20,6 +20,7 @@ kept instruction's id as detail.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
@@ -53,22 +54,32 @@ def duplicate_tasks(rows: Sequence[Mapping[str, Any]], vectors: Mapping[str, np.
                    key=lambda r: (r["kcenter_rank"] if r["kcenter_rank"] is not None
                                   else float("inf"), r["instruction_id"]))
     kept: list[Mapping[str, Any]] = []
-    kept_vectors: list[np.ndarray] = []
+    # the kept rows' vectors in one growing array: stacking a list of them again for every row
+    # copied the whole kept set each time (at 20,000 generated instructions, 13,562 verified
+    # rows: emit 657 -> 587 s, the same rows; the rest is the sandbox's ~40 ms a row)
+    first = np.asarray(next(iter(vectors.values()))) if vectors else np.zeros(0)
+    kept_vectors = np.empty((max(len(order), 1), first.size), first.dtype)
+    kept_tasks: list[tuple[str, str]] = []
     dropped: dict[str, str] = {}
     for row in order:
         v = vectors[row["instruction_id"]]
         near = []
         if kept:
-            distances = np.linalg.norm(np.stack(kept_vectors) - v, axis=1)
+            distances = np.linalg.norm(kept_vectors[:len(kept)] - v, axis=1)
             # the nearest few only: a rewording lies next to what it rewords, and trying every
             # kept row within max_distance grows with the kept set (at 5,000 generated
-            # instructions of a few templates, emit graded for 359 of a 694 s run)
-            near = [kept[i] for i in np.argsort(distances, kind="stable")
-                    if distances[i] <= max_distance and task(kept[i]) == task(row)][:max_tries]
+            # instructions of a few templates, emit graded for 359 of a 694 s run); only the
+            # rows within max_distance are sorted and looked at, not the whole kept set
+            close = np.flatnonzero(distances <= max_distance)
+            close = close[np.argsort(distances[close], kind="stable")]
+            mine = task(row)
+            near = list(itertools.islice((kept[i] for i in close if kept_tasks[i] == mine),
+                                         max_tries))
         same = _first_same_task(row, near, suites, pool, task, grade_any, timeout_s)
         if same is None:
+            kept_vectors[len(kept)] = v
+            kept_tasks.append(task(row))
             kept.append(row)
-            kept_vectors.append(v)
         else:
             dropped[row["instruction_id"]] = same
     return dropped
