@@ -12,16 +12,22 @@ ROOT = Path(__file__).resolve().parents[1]
 KEYS = ("instructions", "wall_s", "driver_peak_rss_mb", "overhead_share", "rows_emitted")
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(900)
-def test_bench_scale_tiny_run_writes_its_numbers(tmp_path):
+def bench(tmp_path: Path, *args: str) -> dict:
+    """``bench_scale.py --instructions 60 ARGS``: its one JSON entry."""
     out = tmp_path / "bench.json"
     proc = subprocess.run(
         [sys.executable, str(ROOT / "scripts" / "bench_scale.py"), "--instructions", "60",
-         "--json", str(out), "--workdir", str(tmp_path / "work")],
+         *args, "--json", str(out), "--workdir", str(tmp_path / "work")],
         check=False, cwd=ROOT, capture_output=True, text=True, timeout=880)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     [entry] = json.loads(out.read_text())
+    return entry
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(900)
+def test_bench_scale_tiny_run_writes_its_numbers(tmp_path):
+    entry = bench(tmp_path)
     assert all(k in entry for k in KEYS), sorted(entry)
     assert entry["instructions"] == 60
     assert entry["rows_emitted"] > 0
@@ -38,14 +44,8 @@ def test_bench_scale_tiny_run_writes_its_numbers(tmp_path):
 def test_bench_scale_runs_a_users_config_with_its_experts_mining(tmp_path):
     # configs/openai.yaml as it is: three experts mine the instructions from their templates,
     # two of them judge, the third writes the tests; every request waits 5 ms
-    out = tmp_path / "bench.json"
-    proc = subprocess.run(
-        [sys.executable, str(ROOT / "scripts" / "bench_scale.py"), "--instructions", "60",
-         "--config", str(ROOT / "configs" / "openai.yaml"), "--ms-per-request", "5",
-         "--json", str(out), "--workdir", str(tmp_path / "work")],
-        check=False, cwd=ROOT, capture_output=True, text=True, timeout=880)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    [entry] = json.loads(out.read_text())
+    entry = bench(tmp_path, "--config", str(ROOT / "configs" / "openai.yaml"),
+                  "--ms-per-request", "5")
     stages = entry["stages"]
     assert stages["mine"]["rows_out"] == 60  # 20 samples from each of the three experts
     assert stages["answer"]["rows_out"] == 3 * stages["answer"]["rows_in"]
