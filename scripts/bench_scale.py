@@ -158,9 +158,7 @@ def write_run_files(workdir: Path, ports: dict[str, int], source: Path, name: st
 
 def config_models(config: dict[str, Any]) -> list[str]:
     """Every model id a run config names (experts, judges, test authors), in order."""
-    ids = list(config.get("experts") or [])
-    for key in ("judges",):
-        ids += config.get(key) or []
+    ids = [*(config.get("experts") or []), *(config.get("judges") or [])]
     for stage, key in (("judge", "judges"), ("difficulty", "judges"), ("tests", "authors")):
         ids += (config.get(stage) or {}).get(key) or []
     return list(dict.fromkeys(ids))

@@ -262,8 +262,9 @@ def judge_with(protocol: jp.JudgeProtocol, backend, judge: str, battles: list[Ba
 
 
 def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, backend_for,
-                  seed: int, fan_out=None) -> list[dict]:
-    """Judge rows for ``battles``: each judge's battles in one batch, rows in battle order.
+                  seed: int, fan_out=None) -> tuple[list[dict], int]:
+    """Judge rows for ``battles`` (each judge's battles in one batch, rows in battle order),
+    and how many battles were left unjudged.
 
     Args:
         battles: from :func:`enumerate_battles`.
@@ -275,17 +276,20 @@ def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, ba
             once for served judges); None: one judge after another.
 
     A battle between two of the judges, with no judge left who is not in it, is not judged
-    (its instruction is decided by its other battles; ``run`` counts it as
+    (its instruction is decided by its other battles; ``run`` reports the count as
     ``battles_unjudged``).
 
     Raises:
         ValueError: no battle has an eligible judge (say how to fix the config).
     """
     per_judge: dict[str, list[Battle]] = {j: [] for j in judges}
+    unjudged = 0
     for b in battles:
-        for j in eligible_judges(b, judges, cfg.allow_self_judge, cfg.max_judges):
+        chosen = eligible_judges(b, judges, cfg.allow_self_judge, cfg.max_judges)
+        unjudged += not chosen
+        for j in chosen:
             per_judge[j].append(b)
-    if battles and not any(per_judge.values()):
+    if battles and unjudged == len(battles):
         b = battles[0]
         raise ValueError(
             f"judge: no eligible judge for the pair ({b.model_a}, {b.model_b}): judges are "
@@ -303,7 +307,7 @@ def judge_battles(battles: list[Battle], judges: list[str], cfg: JudgeConfig, ba
     judge_rank = {j: i for i, j in enumerate(judges)}
     rows.sort(key=lambda r: (position[(r["instruction_id"], r["model_a"], r["model_b"])],
                              judge_rank[r["judge"]], r["order"]))
-    return rows
+    return rows, unjudged
 
 
 def run(table: pa.Table, cfg: JudgeConfig, ctx) -> StageResult:
@@ -312,11 +316,9 @@ def run(table: pa.Table, cfg: JudgeConfig, ctx) -> StageResult:
     if not judges:
         raise ValueError("judge.judges: no judge configured")
     battles = enumerate_battles(table, cfg)
-    rows = judge_battles(battles, judges, cfg, ctx.backend, ctx.seed,
-                         fan_out=lambda models, call: per_model(ctx, models, call))
+    rows, unjudged = judge_battles(battles, judges, cfg, ctx.backend, ctx.seed,
+                                   fan_out=lambda models, call: per_model(ctx, models, call))
     ctx.advance(table.num_rows)
-    unjudged = sum(1 for b in battles if not eligible_judges(b, judges, cfg.allow_self_judge,
-                                                            cfg.max_judges))
     stats: dict[str, float] = {"battles": float(len(battles)),
                                "battles_unjudged": float(unjudged)}
     for r in rows:

@@ -62,7 +62,7 @@ def duplicate_tasks(rows: Sequence[Mapping[str, Any]], vectors: Mapping[str, np.
     kept_tasks: list[tuple[str, str]] = []
     dropped: dict[str, str] = {}
     for row in order:
-        v = vectors[row["instruction_id"]]
+        v, mine = vectors[row["instruction_id"]], task(row)
         near = []
         if kept:
             distances = np.linalg.norm(kept_vectors[:len(kept)] - v, axis=1)
@@ -72,13 +72,12 @@ def duplicate_tasks(rows: Sequence[Mapping[str, Any]], vectors: Mapping[str, np.
             # rows within max_distance are sorted and looked at, not the whole kept set
             close = np.flatnonzero(distances <= max_distance)
             close = close[np.argsort(distances[close], kind="stable")]
-            mine = task(row)
             near = list(itertools.islice((kept[i] for i in close if kept_tasks[i] == mine),
                                          max_tries))
         same = _first_same_task(row, near, suites, pool, task, grade_any, timeout_s)
         if same is None:
             kept_vectors[len(kept)] = v
-            kept_tasks.append(task(row))
+            kept_tasks.append(mine)
             kept.append(row)
         else:
             dropped[row["instruction_id"]] = same
