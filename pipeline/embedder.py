@@ -8,9 +8,9 @@ whole run. Either way ``embed`` returns the same vectors for the same texts.
 A text's vector is a function of the text alone, never of the texts it came with: a batch holds
 only texts of the same token length (:func:`length_batches`), so nothing is padded, and a
 padding-free batch on one thread computes each row as that text alone would (checked bit for
-bit, float32 and bfloat16, in ``tests/stages/common/test_embeddings.py``). A batch padded to its longest text
-computes the others' rows with other matrix shapes and moves them by up to 1e-7 (float32) or
-1e-3 (bfloat16). So the shard size, the batch size and which process asked first change the
+bit, float32 and bfloat16, in ``tests/stages/common/test_embeddings.py``). A batch padded to
+its longest text computes the others' rows with other matrix shapes and moves them by up to
+1e-7 (float32) or 1e-3 (bfloat16). So the shard size, the batch size and which process asked first change the
 speed, not the numbers, and the run's embedding service may compute vectors ahead of the
 stage that asks for them. Batches are encoded on ``lanes`` single-threaded lanes.
 
@@ -90,9 +90,9 @@ def length_batches(texts: list[str], batch_size: int, lengths: list[int]) -> lis
 def token_lengths(model: Any, texts: list[str], chunk: int = 1024) -> list[int]:
     """Each text's token count as ``model.encode`` reads it (its own tokenizer call: the same
     stripping, lowercasing and truncation)."""
+    features = getattr(model, "preprocess", None) or model.tokenize  # renamed in 6.x
     out: list[int] = []
     for i in range(0, len(texts), chunk):
-        features = getattr(model, "preprocess", None) or model.tokenize  # renamed in 6.x
         out += features(texts[i:i + chunk])["attention_mask"].sum(dim=1).tolist()
     return out
 

@@ -99,8 +99,7 @@ class EmbeddingService:
     def _vectors(self, embedder: Any, key: tuple[str, str | None, str], texts: list[str],
                  batch_size: int) -> dict[str, np.ndarray]:
         """``{text: vector}`` for distinct ``texts``: known, awaited or computed here."""
-        memo = self._memo.setdefault(key, {})
-        pending = self._pending.setdefault(key, {})
+        memo, pending = self._slots(key)
         found: dict[str, np.ndarray] = {}
         waits: dict[Future, list[str]] = {}
         mine: list[str] = []
@@ -133,6 +132,11 @@ class EmbeddingService:
                 found.update((t, memo[t]) for t in wanted)
         return found
 
+    def _slots(self, key: tuple) -> tuple[dict[str, np.ndarray], dict[str, Future]]:
+        """The memo and the computations in hand of one (model, device, precision)."""
+        with self._lock:
+            return self._memo.setdefault(key, {}), self._pending.setdefault(key, {})
+
     def _settle(self, key: tuple, texts: list[str], done: Future, vecs: np.ndarray | None,
                 error: BaseException | None) -> None:
         """Record a computation's vectors (or its failure) and wake whoever waits on it."""
@@ -155,8 +159,7 @@ class EmbeddingService:
         its chunk instead of computing it again in a smaller batch."""
         embedder = self._embedder(model_path, device)
         key = (model_path, device, embedder.precision(precision))
-        memo = self._memo.setdefault(key, {})
-        pending = self._pending.setdefault(key, {})
+        memo, pending = self._slots(key)
         plan: list[tuple[list[str], Future]] = []
         with self._lock:
             todo = [t for t in dict.fromkeys(texts) if t not in memo and t not in pending]

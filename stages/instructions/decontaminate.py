@@ -30,7 +30,7 @@ from typing import Any
 
 import pyarrow as pa
 from arenaforge.pipeline.stage import EmbedAhead, StageConfig, StageResult, StageSpec
-from arenaforge.stages.common.embeddings import Precision
+from arenaforge.stages.common.embeddings import BATCH_SIZE, Precision
 from pydantic import Field
 
 _WORD = re.compile(r"\w+")
@@ -63,13 +63,9 @@ class EmbeddingCheck(StageConfig):
     threshold: float = Field(default=0.7, gt=0, le=1, description="Cosine at or above: drop.")
     model: str | None = Field(default=None, description="Local sentence-transformers "
                               "directory; default: the embedded all-MiniLM-L6-v2.")
-    # Texts are sorted by length and cut into batches padded to their longest text; on a CPU
-    # the padding costs more than a bigger batch gains. Measured on 640 instructions in
-    # requests of 64, one thread, AMD EPYC: 16 a batch took 23.9 ms of CPU per text in float32
-    # against 35.9 at 64 (bfloat16: 13.6 against 18.9), every vector within 1.5e-7 of the
-    # batch of 64's. On a GPU a bigger batch pays: set it there.
-    batch_size: int = Field(default=16, ge=1, description="texts a forward pass; 16 suits "
-                            "CPUs, raise it on a GPU")
+    batch_size: int = Field(
+        default=BATCH_SIZE, ge=1, description="texts a forward pass at most "
+        "(arenaforge.stages.common.embeddings.BATCH_SIZE); raise it on a GPU")
     precision: Precision | None = Field(
         default=None, description="compute type (arenaforge.stages.common.embeddings); default: the run's "
         "embedding_precision, so that compress finds these vectors in the cache")
@@ -277,14 +273,12 @@ def embeds_ahead(table: pa.Table, cfg: DecontaminateConfig) -> EmbedAhead | None
     those), with the embedding check's model, batch size and precision."""
     if not cfg.embedding.enabled or "instruction" not in table.column_names:
         return None
-    from arenaforge.pipeline.textnorm import normalize_text
-    from arenaforge.stages.common.embeddings import resolve_model_path
+    from arenaforge.stages.common import embeddings
 
     _, docs = benchmark_docs(cfg)
-    texts = [normalize_text(t) for t in table.column("instruction").to_pylist()]
-    texts += [normalize_text(d[3]) for d in docs]
-    return EmbedAhead(str(resolve_model_path(cfg.embedding.model)), None, texts,
-                      cfg.embedding.batch_size, cfg.embedding.precision or "float32")
+    texts = table.column("instruction").to_pylist() + [d[3] for d in docs]
+    return embeddings.embeds_ahead(texts, cfg.embedding.model, cfg.embedding.batch_size,
+                                   precision=cfg.embedding.precision or "float32")
 
 
 STAGE = StageSpec(name="decontaminate", config=DecontaminateConfig, run=run,

@@ -49,6 +49,7 @@ import pyarrow.compute as pc
 from arenaforge.pipeline.layout import EMBEDDINGS
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.stages.common.embeddings import (
+    BATCH_SIZE,
     Precision,
     embed_cached,
     embedder_for,
@@ -76,13 +77,9 @@ class CompressConfig(StageConfig):
                        description="'centroid', 'seed', or an instruction_id to start from.")
     normalize: bool = Field(default=True,
                             description="Unit-normalise embeddings (Euclidean ~ cosine).")
-    # Texts are sorted by length and cut into batches padded to their longest text; on a CPU
-    # the padding costs more than a bigger batch gains. Measured on 640 instructions in
-    # requests of 64, one thread, AMD EPYC: 16 a batch took 23.9 ms of CPU per text in float32
-    # against 35.9 at 64 (bfloat16: 13.6 against 18.9), every vector within 1.5e-7 of the
-    # batch of 64's. On a GPU a bigger batch pays: set it there.
-    batch_size: int = Field(default=16, ge=1, description="texts a forward pass; 16 suits "
-                            "CPUs, raise it on a GPU")
+    batch_size: int = Field(
+        default=BATCH_SIZE, ge=1, description="texts a forward pass at most "
+        "(arenaforge.stages.common.embeddings.BATCH_SIZE); raise it on a GPU")
     device: str | None = Field(default=None,
                                description="Embedding device; default: CUDA when available.")
     precision: Precision | None = Field(
