@@ -30,7 +30,9 @@ _BACKENDS: dict[tuple, Any] = {}
 _SANDBOX: dict[tuple, Any] = {}
 _EMBEDDERS: dict[tuple, Any] = {}
 _TABLES: dict[tuple, pa.Table] = {}
+_REGISTRIES: dict[tuple, dict[str, Any]] = {}
 _LOCK = threading.Lock()
+_REGISTRY_LOCK = threading.Lock()  # registry() is called with _LOCK held (backend())
 
 
 class _TimedBackend:
@@ -154,9 +156,21 @@ class RunContext:
 
     # -- models -----------------------------------------------------------------------------
     def registry(self) -> dict[str, Any]:
+        """The run's model registry, parsed once per process and file version: a model stage
+        asks for it for every model of every shard, and parsing the YAML (~2.5 ms for three
+        served experts) was most of the CPU a served ``difficulty`` shard spent outside HTTP."""
         from arenaforge.pipeline.models import load_registry
 
-        return load_registry(self.config.models_file)
+        path = self.config.models_file
+        try:
+            st = os.stat(path)
+        except OSError:  # load_registry says what is wrong with it
+            return load_registry(path)
+        key = (str(path), st.st_mtime_ns, st.st_size)
+        with _REGISTRY_LOCK:
+            if key not in _REGISTRIES:
+                _REGISTRIES[key] = load_registry(path)
+            return dict(_REGISTRIES[key])
 
     def model_spec(self, model_id: str) -> Any:
         registry = self.registry()

@@ -249,6 +249,24 @@ def test_local_path_and_remote_entries(tmp_path, monkeypatch):
     assert rows["gone"]["checksum"] == "missing file"
 
 
+def test_a_run_context_reads_its_registry_once_and_again_when_it_changes(tmp_path):
+    """A model stage asks for the registry per model per shard: parsed once per file version."""
+    from types import SimpleNamespace
+
+    from arenaforge.pipeline.context import RunContext
+
+    path = tmp_path / "models.yaml"
+    entry = "  - {id: %s, backend: openai, family: f, base_url: 'http://127.0.0.1:1/v1', model_name: m}\n"
+    path.write_text("models:\n" + entry % "a")
+    ctx = RunContext(tmp_path / "run", SimpleNamespace(seed=0, models_file=path))
+    first = ctx.registry()
+    assert list(first) == ["a"] and ctx.registry()["a"] is first["a"]
+    first.pop("a")  # a caller's copy: the cached registry keeps it
+    assert list(ctx.registry()) == ["a"]
+    path.write_text("models:\n" + entry % "a" + entry % "bb")
+    assert list(ctx.registry()) == ["a", "bb"]
+
+
 def test_describe_shipped_registry_is_cheap_and_complete():
     rows = describe_models(load_registry(REGISTRY))
     assert [r["id"] for r in rows][:2] == ["qwen2.5-coder-0.5b", "qwen2.5-coder-1.5b"]
