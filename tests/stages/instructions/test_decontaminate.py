@@ -88,6 +88,18 @@ def test_user_benchmark_files(tmp_path):
         assert (ev["benchmark"], ev["task_id"], ev["field"]) == ("mbpp", "12", "text")
 
 
+def test_an_edited_benchmark_file_is_read_again(tmp_path):
+    """The index is built once per process, but a benchmark file that changes is read again."""
+    path = tmp_path / "bench.jsonl"
+    request = "Write a function to sort a given matrix in ascending order according to the sum."
+    cfg = DecontaminateConfig(humaneval=False, embedding=NO_EMBED, benchmarks=[BenchmarkFile(
+        name="b", path=path, text_fields=["text"])])
+    path.write_text(json.dumps({"text": "Count the vowels of a string in one pass."}) + "\n")
+    assert run(table([request]), cfg, None).table.num_rows == 1
+    path.write_text(json.dumps({"text": request + " Return the matrix."}) + "\n")
+    assert run(table([request]), cfg, None).table.num_rows == 0
+
+
 def test_bad_benchmark_file_names_file_row_and_field(tmp_path):
     path = tmp_path / "bench.jsonl"
     path.write_text('{"text": "a"}\n{"prompt": "b"}\n')
