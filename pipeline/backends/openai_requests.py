@@ -45,7 +45,8 @@ class RequestSender:
     Args:
         model_id: the registry id (for messages).
         pool: the model's servers.
-        client: an ``httpx.Client`` whose timeout is ``timeout_s``.
+        client: an :class:`~arenaforge.pipeline.backends.http_client.HttpClient` whose
+            timeout is ``timeout_s``.
         timeout_s, max_retries, backoff_s, down_wait_s: see
             :class:`~arenaforge.pipeline.backends.openai_server.OpenAIServerBackend`.
     """
@@ -101,19 +102,20 @@ class RequestSender:
         """One try: ``(outcome, value, problem, retry_after)``. ``outcome`` is ``ok`` (value:
         the JSON answer), ``retry`` (value: what to return when no retry is left), ``down``
         (the server is benched) or ``fail`` (value: the error text, final)."""
-        import httpx
+        from arenaforge.pipeline.backends.http_client import failure
 
-        dropped = (httpx.ConnectError, httpx.ConnectTimeout, httpx.RemoteProtocolError,
-                   httpx.ReadError, httpx.WriteError)
         try:
             response = self.client.post(url, json=body)
-        except dropped as exc:
-            self.pool.bench(server)
-            return "down", "", f"{type(exc).__name__}: {exc}", None
-        except httpx.TimeoutException:
-            problem = f"timeout: no answer from {url} within {self.timeout_s}s"
-            return "retry", problem, problem, None
-        except httpx.HTTPError as exc:
+        except Exception as exc:
+            kind = failure(exc)
+            if kind is None:
+                raise
+            if kind == "down":
+                self.pool.bench(server)
+                return "down", "", f"{type(exc).__name__}: {exc}", None
+            if kind == "timeout":
+                problem = f"timeout: no answer from {url} within {self.timeout_s}s"
+                return "retry", problem, problem, None
             return "fail", f"{type(exc).__name__}: {exc}", "", None
         status = response.status_code
         if status in DOWN_STATUS:

@@ -192,7 +192,7 @@ class OpenAIServerBackend:
                  max_concurrency: int = 4, timeout_s: float = 120.0, max_retries: int = 3,
                  backoff_s: float = 0.5, down_wait_s: float = 60.0, logprobs_top_k: int = 20,
                  api_key_env: str | None = None, prompts_per_request: int = 1) -> None:
-        import httpx
+        from arenaforge.pipeline.backends.http_client import HttpClient
 
         if int(prompts_per_request) < 1:
             raise ValueError(f"model {model_id!r}: options.prompts_per_request: "
@@ -216,10 +216,8 @@ class OpenAIServerBackend:
         headers = {}
         if api_key_env:
             headers["Authorization"] = f"Bearer {os.environ.get(api_key_env, '')}"
-        capacity = self._pool.capacity
-        self._client = httpx.Client(
-            headers=headers, timeout=httpx.Timeout(timeout_s, connect=10.0),
-            limits=httpx.Limits(max_connections=capacity, max_keepalive_connections=capacity))
+        self._client = HttpClient(headers, timeout_s=timeout_s, connect_s=10.0,
+                                  per_server=max_concurrency)
         self._sender = RequestSender(model_id, self._pool, self._client, timeout_s=timeout_s,
                                      max_retries=max_retries, backoff_s=backoff_s,
                                      down_wait_s=down_wait_s)

@@ -1,0 +1,108 @@
+"""The HTTP client of the OpenAI-compatible backend: urllib3's connection pools, no retries of
+its own (``arenaforge.pipeline.backends.openai_requests`` decides what is retried).
+
+Why urllib3 and not httpx: the client's CPU per request is what a run through fast servers
+spends most of its own time on (every logprob reading of a server that takes one prompt a
+request is one request). Measured on loopback against ``scripts/load_server.py`` (2-core AMD
+EPYC, 16 threads, 1,600 single-prompt ``/completions`` requests with ``logprobs: 20``):
+httpx.Client 0.72-0.87 ms of client CPU per request, urllib3 0.42-0.43 (``http.client`` alone
+0.24-0.27, without pooling or thread safety). httpx's pool also looks at every connection for
+every request, which grows with ``max_concurrency`` times the replicas.
+
+What the caller sees is a small slice of httpx's surface (``post(url, json=...)``, ``get``,
+a response with ``status_code``, ``headers``, ``text`` and ``json()``), and :func:`failure`
+sorts the exceptions into what the request logic acts on.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any, Literal
+
+import urllib3
+from urllib3.exceptions import (
+    HTTPError,
+    NewConnectionError,
+    ProtocolError,
+    ReadTimeoutError,
+)
+from urllib3.exceptions import (
+    TimeoutError as Urllib3Timeout,
+)
+
+Failure = Literal["down", "timeout", "error"]
+
+
+class Response:
+    """A whole answer (status, headers, body), read before the connection goes back."""
+
+    def __init__(self, status_code: int, headers: Any, content: bytes) -> None:
+        self.status_code, self.headers, self.content = status_code, headers, content
+
+    @property
+    def text(self) -> str:
+        return self.content.decode("utf-8", errors="replace")
+
+    def json(self) -> Any:
+        """The body as JSON (``ValueError`` when it is not)."""
+        return json.loads(self.content)
+
+
+class HttpClient:
+    """Keep-alive connections to any number of servers, safe to share between threads.
+
+    Args:
+        headers: sent with every request (``Authorization``...).
+        timeout_s: how long to wait for an answer once connected.
+        connect_s: how long to wait for a connection.
+        per_server: connections kept open to each server (its requests in flight at once).
+    """
+
+    def __init__(self, headers: dict[str, str] | None = None, *, timeout_s: float,
+                 connect_s: float = 10.0, per_server: int = 4) -> None:
+        self._manager = urllib3.PoolManager(
+            num_pools=64, maxsize=max(1, per_server), retries=False,
+            timeout=urllib3.Timeout(connect=connect_s, read=timeout_s),
+            headers={"Content-Type": "application/json", **(headers or {})})
+
+    def post(self, url: str, json: dict) -> Response:  # noqa: A002 - httpx's name for it
+        body = _dumps(json)
+        return self._send("POST", url, body=body)
+
+    def get(self, url: str, timeout: float | None = None) -> Response:
+        return self._send("GET", url, timeout=timeout)
+
+    def _send(self, method: str, url: str, body: bytes | None = None,
+              timeout: float | None = None) -> Response:
+        extra = {} if timeout is None else {"timeout": urllib3.Timeout(connect=timeout,
+                                                                       read=timeout)}
+        answer = self._manager.request(method, url, body=body, preload_content=True, **extra)
+        return Response(answer.status, answer.headers, answer.data)
+
+    def close(self) -> None:
+        self._manager.clear()
+
+
+def failure(exc: BaseException) -> Failure | None:
+    """What a request that raised ``exc`` tells: ``down`` (the server refused or dropped the
+    connection, also mid-answer), ``timeout`` (no answer in time), ``error`` (any other
+    HTTP-level failure), or ``None`` (not an HTTP failure: the caller's bug, raised).
+
+    >>> failure(ReadTimeoutError(None, "/v1", "read timed out"))
+    'timeout'
+    >>> failure(ProtocolError("Connection aborted.", ConnectionResetError()))
+    'down'
+    >>> failure(KeyError("x")) is None
+    True
+    """
+    if isinstance(exc, (NewConnectionError, ProtocolError, ConnectionError)):
+        return "down"
+    if isinstance(exc, Urllib3Timeout):  # a connect timeout is a server that is not there
+        return "timeout" if isinstance(exc, ReadTimeoutError) else "down"
+    if isinstance(exc, HTTPError):
+        return "error"
+    return None
+
+
+def _dumps(body: dict) -> bytes:
+    return json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
