@@ -65,7 +65,7 @@ class HttpClient:
             timeout=urllib3.Timeout(connect=connect_s, read=timeout_s),
             headers={"Content-Type": "application/json", **(headers or {})})
 
-    def post(self, url: str, json: dict) -> Response:  # noqa: A002 - httpx's name for it
+    def post(self, url: str, json: dict) -> Response:
         body = _dumps(json)
         return self._send("POST", url, body=body)
 
