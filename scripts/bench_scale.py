@@ -39,6 +39,10 @@ What is measured (all from the run's own funnel unless said):
 * ``model_stages_wall_s`` / ``other_stages_wall_s``: the walls of the stages that call models
   and of the others; ``embedding_stages_share``: ``decontaminate`` plus ``compress`` over the
   run's wall.
+* ``cores_by_stage``: per stage, the machine's cores in use (``busy``) and by kind of process
+  (the driver, the stage workers, the embedding service, sandboxes, the load generator, Ray's
+  own processes), sampled once a second (``scripts/cpu_meter.py``): everything shares the
+  machine here, so this says whether a stage waited on its servers or on the CPU.
 * ``wall_growth``: per size after the first, wall time and instruction count relative to the
   first size, and their ratio (1.0: linear).
 
@@ -75,6 +79,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "scripts"))
 
 import yaml
+from cpu_meter import KINDS, CpuMeter, cores_by_stage
 from load_server import CHATML
 from scale_instructions import write_jsonl
 
@@ -258,9 +263,10 @@ def rss_by_stage(rss: PeakRss, starts: list[tuple[str, str]]) -> dict[str, float
     return out
 
 
-def run_driver(config: Path, overrides: list[str], log: Path,
-               timeout_s: float) -> tuple[int, float, PeakRss]:
-    """``arenaforge run CONFIG --fresh``: (exit code, wall seconds, its RSS meter)."""
+def run_driver(config: Path, overrides: list[str], log: Path, timeout_s: float,
+               load_pids: set[int]) -> tuple[int, float, PeakRss, CpuMeter]:
+    """``arenaforge run CONFIG --fresh``: (exit code, wall seconds, its RSS meter, the
+    machine's CPU meter, which tells the load generator's processes by ``load_pids``)."""
     cmd = [sys.executable, "-m", "arenaforge.pipeline.cli", "run", str(config), "--fresh"]
     for item in overrides:
         cmd += ["--set", item]
@@ -268,7 +274,7 @@ def run_driver(config: Path, overrides: list[str], log: Path,
     start = time.perf_counter()
     with log.open("w") as out:
         proc = subprocess.Popen(cmd, cwd=ROOT, stdout=out, stderr=subprocess.STDOUT, env=env)
-        rss = PeakRss(proc.pid)
+        rss, cpu = PeakRss(proc.pid), CpuMeter(proc.pid, load_pids)
         try:
             rc = proc.wait(timeout=timeout_s)
         except subprocess.TimeoutExpired:
@@ -276,7 +282,8 @@ def run_driver(config: Path, overrides: list[str], log: Path,
             rc = proc.wait(timeout=60)
     wall = time.perf_counter() - start
     rss.stop()
-    return rc, wall, rss
+    cpu.stop()
+    return rc, wall, rss, cpu
 
 
 def summarize(stats: dict[str, dict], wall_s: float, servers: dict[str, dict]) -> dict[str, Any]:
@@ -349,7 +356,8 @@ def bench_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any
         else:
             source = write_jsonl(size_dir / "instructions.jsonl", n, seed=args.seed)
             config = write_run_files(size_dir, ports, source, f"bench-{n}", args.shard_size)
-        rc, wall, rss = run_driver(config, args.set or [], size_dir / "run.log", args.timeout_s)
+        rc, wall, rss, cpu = run_driver(config, args.set or [], size_dir / "run.log",
+                                        args.timeout_s, {server.pid})
         servers = server_stats(ports)
     finally:
         server.stdin.close()  # the server exits at EOF
@@ -359,6 +367,8 @@ def bench_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any
                              "driver_peak_rss_mb": round(rss.peak_kb / 1024, 1),
                              "driver_peak_stage": stage_at(starts, rss.peak_at),
                              "driver_rss_mb_by_stage": rss_by_stage(rss, starts),
+                             "cores_by_stage": cores_by_stage(
+                                 cpu.samples, lambda when: stage_at(starts, when)),
                              "exit_code": rc,
                              "embedding_precision": "bfloat16" if bf16_cpu() else "float32"}
     stats_file = size_dir / "runs" / f"bench-{n}" / "stats.json"
@@ -406,10 +416,19 @@ def print_report(entries: list[dict[str, Any]]) -> None:
         print(f"stages that call models {e['model_stages_wall_s']} s of wall, the others "
               f"{e['other_stages_wall_s']} s; decontaminate + compress "
               f"{e['embedding_stages_share']:.1%} of the run's wall")
+        print_cores(e["cores_by_stage"])
         if "wall_growth" in e:
             g = e["wall_growth"]
             print(f"vs {g['vs']}: {g['size_x']}x instructions, {g['wall_x']}x wall "
                   f"({g['wall_x_per_size_x']} per unit of size)")
+
+
+def print_cores(cores: dict[str, dict[str, float]]) -> None:
+    """The machine's cores in use per stage, by kind of process (``scripts/cpu_meter.py``)."""
+    print(f"cores in use ({os.cpu_count()} on this machine), mean per stage:")
+    print(f"{'stage':<14}{'busy':>6}" + "".join(f"{k[:12]:>13}" for k in KINDS))
+    for stage, row in cores.items():
+        print(f"{stage:<14}{row['busy']:>6}" + "".join(f"{row.get(k, 0.0):>13}" for k in KINDS))
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:

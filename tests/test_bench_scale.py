@@ -37,6 +37,10 @@ def test_bench_scale_tiny_run_writes_its_numbers(tmp_path):
     assert stages["answer"]["rows_out"] == 5 * stages["answer"]["rows_in"]  # five experts
     assert stages["judge"]["model_s"] > 0 and stages["verify"]["other_s"] > 0
     assert entry["server_requests"] > 0
+    # who held the cores: the stage workers and the load generator each did at some stage
+    cores = entry["cores_by_stage"]
+    assert any(row.get("stage workers", 0) > 0 for row in cores.values()), cores
+    assert any(row.get("load generator", 0) > 0 for row in cores.values()), cores
 
 
 @pytest.mark.slow
