@@ -17,6 +17,9 @@ sorts the exceptions into what the request logic acts on.
 from __future__ import annotations
 
 import json
+import threading
+import urllib.parse
+import urllib.request
 from typing import Any, Literal
 
 import urllib3
@@ -60,10 +63,12 @@ class HttpClient:
 
     def __init__(self, headers: dict[str, str] | None = None, *, timeout_s: float,
                  connect_s: float = 10.0, per_server: int = 4) -> None:
-        self._manager = urllib3.PoolManager(
-            num_pools=64, maxsize=max(1, per_server), retries=False,
-            timeout=urllib3.Timeout(connect=connect_s, read=timeout_s),
-            headers={"Content-Type": "application/json", **(headers or {})})
+        self._options = {"num_pools": 64, "maxsize": max(1, per_server), "retries": False,
+                         "timeout": urllib3.Timeout(connect=connect_s, read=timeout_s),
+                         "headers": {"Content-Type": "application/json", **(headers or {})}}
+        self._manager = urllib3.PoolManager(**self._options)
+        self._proxies: dict[str, Any] = {}
+        self._lock = threading.Lock()
 
     def post(self, url: str, json: dict) -> Response:
         body = _dumps(json)
@@ -76,11 +81,27 @@ class HttpClient:
               timeout: float | None = None) -> Response:
         extra = {} if timeout is None else {"timeout": urllib3.Timeout(connect=timeout,
                                                                        read=timeout)}
-        answer = self._manager.request(method, url, body=body, preload_content=True, **extra)
+        manager = self._manager_for(url)
+        answer = manager.request(method, url, body=body, preload_content=True, **extra)
         return Response(answer.status, answer.headers, answer.data)
+
+    def _manager_for(self, url: str) -> Any:
+        """The proxy the environment names for ``url`` (``HTTP_PROXY``, ``HTTPS_PROXY``,
+        ``ALL_PROXY``, minus ``NO_PROXY``), as httpx and requests honour them, else direct."""
+        parts = urllib.parse.urlsplit(url)
+        proxies = urllib.request.getproxies_environment()
+        proxy = proxies.get(parts.scheme) or proxies.get("all")
+        if not proxy or urllib.request.proxy_bypass_environment(parts.hostname or "", proxies):
+            return self._manager
+        with self._lock:
+            if proxy not in self._proxies:
+                self._proxies[proxy] = urllib3.ProxyManager(proxy, **self._options)
+            return self._proxies[proxy]
 
     def close(self) -> None:
         self._manager.clear()
+        for manager in self._proxies.values():
+            manager.clear()
 
 
 def failure(exc: BaseException) -> Failure | None:
