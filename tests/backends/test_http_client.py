@@ -5,16 +5,17 @@ import http.server
 import socket
 import threading
 import time
+from typing import ClassVar
 
 import pytest
 from arenaforge.pipeline.backends.http_client import HttpClient, failure
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    seen: list[str] = []
+    seen: ClassVar[list[str]] = []
     delay_s = 0.0
 
-    def do_POST(self):  # noqa: N802 - http.server's name
+    def do_POST(self):
         type(self).seen.append(self.path)
         self.rfile.read(int(self.headers.get("Content-Length", 0)))
         time.sleep(type(self).delay_s)
