@@ -24,6 +24,9 @@ from collections.abc import Callable
 from typing import Any
 
 import psutil
+from arenaforge.pipeline.sandbox.launcher import HARNESS_DIR
+
+SANDBOX_HARNESS = HARNESS_DIR + "/"  # where a sandbox sees the harness it runs
 
 KINDS = ("driver", "stage workers", "embedding service", "sandboxes", "load generator", "ray",
          "other", "unattributed")
@@ -36,7 +39,7 @@ def kind_of(pid: int, cmdline: list[str], driver_pid: int, load_pids: set[int]) 
     'embedding service'
     >>> kind_of(7, ["ray::_run_task"], 1, set()), kind_of(7, ["ray::IDLE"], 1, set())
     ('stage workers', 'stage workers')
-    >>> kind_of(7, ["/usr/bin/python3", "-I", "-S", "/x/pipeline/sandbox/inside/run.py"], 1, set())
+    >>> kind_of(7, ["/usr/bin/python3", "-I", "-S", "/opt/arenaforge/run.py", "cfg"], 1, set())
     'sandboxes'
     >>> kind_of(7, [".../ray/core/src/ray/raylet/raylet", "--x"], 1, set())
     'ray'
@@ -51,7 +54,7 @@ def kind_of(pid: int, cmdline: list[str], driver_pid: int, load_pids: set[int]) 
     if head.startswith(("ray::_run_task", "ray::IDLE")):
         return "stage workers"
     text = " ".join(cmdline)
-    if "sandbox/inside/" in text:
+    if SANDBOX_HARNESS in text or "sandbox/inside/" in text:  # as mounted inside, or on the host
         return "sandboxes"
     if "ray" in text:  # gcs_server, raylet, dashboard, Ray's agents, the engine directory
         return "ray"
