@@ -72,7 +72,9 @@ def test_the_environments_proxy_is_used_unless_no_proxy_names_the_host(server, m
     assert client.post("http://vllm-node-7.invalid:8000/v1/completions",
                        json={}).json() == {"ok": 1}
     assert handler.seen == ["http://vllm-node-7.invalid:8000/v1/completions"]
+    # the environment is read when a client is made, as httpx reads it
     monkeypatch.setenv("NO_PROXY", "vllm-node-7.invalid")
+    client = HttpClient(timeout_s=5)
     with pytest.raises(Exception) as direct:
         client.post("http://vllm-node-7.invalid:8000/v1/completions", json={})
     assert failure(direct.value) == "down" and len(handler.seen) == 1
