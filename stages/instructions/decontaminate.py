@@ -307,8 +307,9 @@ def embeds_ahead(table: pa.Table, cfg: DecontaminateConfig) -> EmbedAhead | None
         return None
     from arenaforge.stages.common import embeddings
 
-    texts = (table.column("instruction").to_pylist()
-             + [d[3] for d in benchmark_index(cfg).embed_docs])
+    # the documents alone: this runs in the driver, which never matches n-grams
+    _, docs = benchmark_docs(cfg)
+    texts = table.column("instruction").to_pylist() + [d[3] for d in docs]
     return embeddings.embeds_ahead(texts, cfg.embedding.model, cfg.embedding.batch_size,
                                    precision=cfg.embedding.precision or "float32")
 
