@@ -10,9 +10,9 @@ only texts of the same token length (:func:`length_batches`), so nothing is padd
 padding-free batch on one thread computes each row as that text alone would (checked bit for
 bit, float32 and bfloat16, in ``tests/stages/common/test_embeddings.py``). A batch padded to
 its longest text computes the others' rows with other matrix shapes and moves them by up to
-1e-7 (float32) or 1e-3 (bfloat16). So the shard size, the batch size and which process asked first change the
-speed, not the numbers, and the run's embedding service may compute vectors ahead of the
-stage that asks for them. Batches are encoded on ``lanes`` single-threaded lanes.
+1e-7 (float32) or 1e-3 (bfloat16). So the shard size, the batch size and which process asked
+first change the speed, not the numbers, and the run's embedding service may compute vectors
+ahead of the stage that asks for them. Batches are encoded on ``lanes`` single-threaded lanes.
 
 Why single-threaded lanes rather than one multi-threaded encode: torch's intra-op threads
 spin (OpenMP) and collapse when other processes share the cores. Measured here (2-core AMD

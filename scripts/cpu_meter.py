@@ -13,7 +13,8 @@ Example::
     meter = CpuMeter(driver_pid=proc.pid, load_pids={server.pid})
     ...  # the run
     meter.stop()
-    cores_by_stage(meter.samples, stage_at)  # {"difficulty": {"busy": 1.98, "stage workers": 1.1, ...}}
+    cores_by_stage(meter.samples, stage_at)
+    # {"difficulty": {"seconds": 51, "busy": 1.97, "stage workers": 1.02, ...}, ...}
 """
 
 from __future__ import annotations
