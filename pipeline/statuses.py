@@ -8,8 +8,10 @@ that did not pass (an output cap reads as ``error``), or one of two that say it 
 as a program at all: ``no_tests`` (no trusted test for the instruction), ``no_entry_point``
 (nothing in the answer binds to the function the tests call: never a logic failure) and
 ``contradictory_tests`` (the instruction's tests contradict each other, so they decide nothing),
-and one that says testing could not decide: ``answers_disagree`` (the answers that pass every
-trusted test return different values on an input the tests do not decide).
+and one that says testing could not decide: ``answers_disagree`` (two programs' readings
+stand one voice each: the answers that pass every trusted test return different values on an
+input the tests do not decide, or a test only its author's own answer backs is met by another
+program's different value).
 """
 
 from __future__ import annotations

@@ -23,7 +23,7 @@ Side artifacts: ``dataset/{split}-NNNNN-of-NNNNN.parquet`` and the Hugging Face 
 ``audit/metrics.json``). Rows of answers that were not selected are dropped with reason
 ``not_selected``; selected answers with an empty response with ``empty_response``; answers
 not admitted with where execution stopped them (``contradictory_tests``, ``no_usable_code``,
-``example_failed``, ``below_pass_fraction``, ``answers_disagree``, ``false_stated_output``,
+``answers_disagree``, ``example_failed``, ``below_pass_fraction``, ``false_stated_output``,
 ``no_tests``) or ``gate_rejected``.
 
 The dataset files load unchanged with ``datasets.load_dataset("parquet", data_files=...)``

@@ -58,10 +58,23 @@ Rules, in order (``weigh``):
    programs return different values on an input and no majority decides, one side is wrong and
    nothing tells which: the instruction is ``answers_disagree`` and none of them is verified.
 7. **A model does not verify itself.** When every trusted expectation is ``written`` (one
-   contestant's tests, passed by no other program, with no example and no independent
-   majority on a generated input), the tests can accept only their author's own answer: that
-   is the model agreeing with itself, not a check. They are dropped (``unconfirmed``), and the
-   instruction has no trusted tests (``no_tests``: only the judge-score gate can admit it).
+   contestant's tests, passed by no other program, with no independent majority on a
+   generated input), the tests can accept only their author's own answer: that is the model
+   agreeing with itself, not a check. They are dropped (``unconfirmed``). The instruction's
+   example confirms such a voice only where it has told readings apart: when some answer
+   fails it, the example separated the voice's reading from another one, and the voice's
+   tests stand beside it. When every answer passes it, the example separated nothing (in the
+   trust-world benchmark, readings that every expert shared), and the tests are dropped all
+   the same. What stays is the example, which still rejects; but an example alone verifies no
+   answer (``Suite.example_only``), so the instruction has nothing to verify with
+   (``no_tests``: only the judge-score gate can admit it).
+8. **One program's reading against another's.** A test that only its author's own answer
+   backs (``written``, and that answer passes it) is that program's reading, no more. When
+   another program returns another value on its call, both programs consistent with every
+   stronger trusted test and the example, two readings stand one voice each (the fibonacci of a default
+   run: the 0.5B's tests expect its own values, SmolLM2's different program returns others,
+   and the 0.5B's tests were all that sided with it); nothing tells which is right, so the
+   instruction is ``answers_disagree``, as in rule 6.
 """
 
 from __future__ import annotations
@@ -216,11 +229,14 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
         _vote(row, j, candidates, voters, written, example)
     if verdict.status == DECIDED:
         verdict = _disputes(augmented, voters)
-    if verdict.status == DECIDED and example is None and _only_unconfirmed(written, augmented):
+    told_apart = example is not None and any(c.example is False for c in candidates)
+    if verdict.status == DECIDED and not told_apart and _only_unconfirmed(written, augmented):
         for row in written:
             if row["survived"]:
                 _drop(row, UNCONFIRMED)
         voters = [c for c in candidates if _consistent(c, written, example)]
+    if verdict.status == DECIDED:
+        verdict = _one_voice_each(written, candidates)
     passing = sorted(c.model for c in voters if _passes_augmented(c, augmented))
     for row in (*written, *augmented):
         row["consensus"] = passing
@@ -232,6 +248,33 @@ def _only_unconfirmed(written: Sequence[dict], augmented: Sequence[dict]) -> boo
     (``written``); the only answers such tests can accept are their author's own program."""
     trusted = [r for r in (*written, *augmented) if r["survived"]]
     return bool(trusted) and all(r["trusted_by"] == WRITTEN for r in trusted)
+
+
+def _one_voice_each(written: Sequence[dict], candidates: Sequence[Candidate]) -> Verdict:
+    """Rule 8: a ``written`` test its author's own answer passes, and another program returns
+    another value on its call, both programs consistent with the stronger tests and the
+    example (a reading a stronger test already refuted is no voice against another)."""
+    by_model = {c.model: c for c in candidates}
+    stronger = [u for u, r in enumerate(written)
+                if r["survived"] and r["strength"] > STRENGTH[WRITTEN]]
+
+    def standing(c: Candidate) -> bool:
+        return (c.program is not None and c.example is not False
+                and all(c.written[u] for u in stronger))
+
+    for t, row in enumerate(written):
+        own = by_model.get(row["author"])
+        if (not row["survived"] or row["trusted_by"] != WRITTEN or not row["call"]
+                or own is None or not own.written[t] or not standing(own)):
+            continue
+        for c in candidates:
+            o = c.calls[t] if t < len(c.calls) else None
+            if c.program == own.program or not standing(c) or o is None:
+                continue
+            if o.kind == "value" and o.exact and not reprs_agree(row["expected"], o.detail):
+                return Verdict(DISPUTED, f"{row['call']}: {row['expected']} ({row['author']}) "
+                                         f"vs {o.detail} ({c.model})")
+    return Verdict(DECIDED)
 
 
 def _consistent_misreaders(written: Sequence[dict], candidates: Sequence[Candidate]) -> set[str]:

@@ -80,15 +80,18 @@ class Graded:
     suite_status: str = DECIDED
     stated_outputs: str = NO_STATED_OUTPUT  # the demo's stated outputs (``stated_outputs``)
     stated_output_mismatch: str | None = None
+    example_only: bool = False  # the suite is the instruction's example alone (``Suite``)
 
     def admission(self, min_pass_fraction: float = 1.0) -> str:
         """Where execution stops the answer, first that applies (``ADMISSION_STEPS``):
         ``contradictory_tests``, ``no_tests``, ``no_usable_code`` (probe verdict ``no_code``,
-        ``no_entry_point``, ``signature_mismatch`` or ``import_error``), ``example_failed`` (the
-        instruction's own example: a hard test), ``below_pass_fraction`` (fewer than
-        ``min_pass_fraction`` of the trusted tests passed; at 1.0: any test failed),
-        ``answers_disagree`` (it passes, but answers that pass as well return other values on
-        an input nothing decides), ``false_stated_output`` (it passes, but its own demo states
+        ``no_entry_point``, ``signature_mismatch`` or ``import_error``), ``answers_disagree``
+        (two programs' readings stand against each other and nothing decides: no answer of the
+        instruction can be verified, so none is repaired), ``example_failed`` (the
+        instruction's own example: a hard test), ``no_tests`` again for an answer that passes a
+        suite of the example alone (one call verifies nothing), ``below_pass_fraction`` (fewer
+        than ``min_pass_fraction`` of the trusted tests passed; at 1.0: any test failed),
+        ``false_stated_output`` (it passes, but its own demo states
         an output the program does not print: ``stated_outputs``), else ``verified``."""
         v = self.verdict
         if v.status == CONTRADICTORY_TESTS:
@@ -97,14 +100,16 @@ class Graded:
             return UNUSABLE
         if v.status == NO_TESTS or not v.tests_total:
             return NO_TESTS
+        if self.suite_status == ANSWERS_DISAGREE:  # first: no repair can get past it
+            return ANSWERS_DISAGREE
         if self.probe_gate == EXAMPLE_FAILED:
             return EXAMPLE_FAILED
+        if self.example_only:
+            return NO_TESTS
         enough = (v.status == PASSED if min_pass_fraction >= 1.0
                   else v.tests_passed >= min_pass_fraction * v.tests_total)
         if not enough or self.probe_gate != PASS:
             return BELOW_PASS_FRACTION
-        if self.suite_status == ANSWERS_DISAGREE:
-            return ANSWERS_DISAGREE
         return FALSE_STATED_OUTPUT if self.stated_outputs == CONTRADICTED else VERIFIED
 
     def verified(self, min_pass_fraction: float = 1.0) -> bool:
@@ -114,8 +119,8 @@ class Graded:
 
 VERIFIED, BELOW_PASS_FRACTION, UNUSABLE = "verified", "below_pass_fraction", "no_usable_code"
 FALSE_STATED_OUTPUT = "false_stated_output"
-ADMISSION_STEPS = (CONTRADICTORY_TESTS, UNUSABLE, NO_TESTS, EXAMPLE_FAILED, BELOW_PASS_FRACTION,
-                   ANSWERS_DISAGREE, FALSE_STATED_OUTPUT, VERIFIED)
+ADMISSION_STEPS = (CONTRADICTORY_TESTS, UNUSABLE, NO_TESTS, ANSWERS_DISAGREE, EXAMPLE_FAILED,
+                   BELOW_PASS_FRACTION, FALSE_STATED_OUTPUT, VERIFIED)
 # the steps where a selected answer goes back to its author with execution feedback
 REPAIRABLE = (UNUSABLE, EXAMPLE_FAILED, BELOW_PASS_FRACTION)
 
@@ -230,7 +235,7 @@ def _fold(suite: Suite, binding: Binding, results: Verdict | list[Any]) -> Grade
     else:
         program = PROGRAM_FAIL if failing or binding.bound_function is None else PROGRAM_PASS
     return Graded(binding, verdict, counts, visible, len(failing), hidden_error, gate, program,
-                  suite_status=suite.status)
+                  suite_status=suite.status, example_only=suite.example_only)
 
 
 

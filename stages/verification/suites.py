@@ -57,6 +57,12 @@ class Suite:
         return (*self.visible, *self.hidden, *self.augmented)
 
     @property
+    def example_only(self) -> bool:
+        """The one trusted test is the instruction's own example: one call, not a suite. It
+        still rejects an answer that fails it; it alone verifies none (evidence rule 7)."""
+        return bool(self.example) and self.graded == (self.example,)
+
+    @property
     def certifying(self) -> tuple[str, ...]:
         """The tests repair never shows (what certifies a repaired answer)."""
         return (*self.hidden, *self.augmented)

@@ -36,7 +36,7 @@ author ``instruction``), ``test_code, survived, reason`` (null when survived; ``
 expected, entry_point, entry_source`` (instruction, answers), ``signature, example`` (the
 instruction's own example as an assert, for the probe gate), ``author_name`` (the name the
 author called), ``passed_by, contradicted, consensus`` (the models whose answers pass every
-trusted test), ``no_tests`` (per instruction), ``raw`` (the reply; the candidates' outcomes for
+trusted test), ``no_tests`` (per instruction: no trusted test but the example), ``raw`` (the reply; the candidates' outcomes for
 an augmented row), ``parse_error, generator, generator_error, generated_inputs``,
 ``graded_passed_by`` (the models whose run passed the row's test as verify grades it),
 ``candidate_runs`` (per instruction: each candidate's run, its program's digest, probes and
@@ -552,7 +552,8 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
         ran = [(r, r["test_code"]) for r in _runnable_written(rs)]
         rs.extend(_judge(iid, rs, models, runs[iid], ctx.seed, stats))
         _record_runs(rs, ran, models, runs[iid], cfg)
-        no_tests = not any(r["survived"] for r in rs)
+        # the example alone is one call, not a suite (``Suite.example_only``)
+        no_tests = not any(r["survived"] and r["kind"] != EXAMPLE_KIND for r in rs)
         for r in rs:
             r.pop("_args", None)
             r["no_tests"] = no_tests

@@ -1,5 +1,7 @@
 """The evidence rules of the tests stage (``arenaforge.stages.verification.evidence``), pure."""
 
+import dataclasses
+
 from arenaforge.pipeline.statuses import ANSWERS_DISAGREE
 from arenaforge.stages.verification.augment import Outcome
 from arenaforge.stages.verification.evidence import (
@@ -63,7 +65,8 @@ def test_evidence_kinds_and_strengths():
 
 def test_an_author_who_contradicts_the_example_loses_all_its_tests():
     rows = [written("b", "f(2)", "5"), written("b", "f(3)", "7"), written("a", "f(3)", "9")]
-    verdict = weigh(rows, [], [cand("a", [False, False, True], example=True)],
+    verdict = weigh(rows, [], [cand("a", [False, False, True], example=True),
+                               cand("c", [False, False, True], example=True)],
                     Example("f(2)", "4"))
     assert verdict.status == DECIDED
     assert [r["reason"] for r in rows] == [CONTRADICTS_EXAMPLE, AUTHOR_CONTRADICTS_EXAMPLE, None]
@@ -250,7 +253,48 @@ def test_a_model_does_not_verify_itself():
     rows = [written("m1", "wf('a b')", "{'a': 1, 'b': 1}"), written("m1", "wf('')", "{}")]
     weigh(rows, [], [cand("m1", [True, True]), cand("m2", [False, True])], None)
     assert [r["trusted_by"] for r in rows] == [WRITTEN, WRITTEN_PASSER]
-    # so does the instruction's example
+    # so does the instruction's example where it told readings apart (another answer fails it)
     rows = [written("m1", "wf('a b')", "{'a': 1, 'b': 1}")]
-    weigh(rows, [], [cand("m1", [True], example=True)], Example("wf('x')", "{'x': 1}"))
+    weigh(rows, [], [cand("m1", [True], example=True), cand("m2", [False], example=False)],
+          Example("wf('x')", "{'x': 1}"))
     assert rows[0]["survived"] and rows[0]["trusted_by"] == WRITTEN
+    # but not where every answer passes it: it separated no reading, and the tests stay one
+    # voice's (clamp_all: three experts, one program, the wrong bound; the example lies inside
+    # both readings)
+    rows = [written("a", "clamp_all([30])", "[25]"), written("b", "clamp_all([-3])", "[-3]")]
+    answers = [cand(m, [True, True], example=True, program="same") for m in "abc"]
+    verdict = weigh(rows, [], answers, Example("clamp_all([18, 5, 1])", "[18, 5, 1]"))
+    assert verdict.status == DECIDED
+    assert [r["reason"] for r in rows] == [UNCONFIRMED, UNCONFIRMED]
+
+
+def test_one_programs_reading_against_anothers_decides_nothing():
+    # fibonacci: the 0.5B's tests expect its own values; SmolLM2's different program agrees at
+    # fib(2) and returns another value at fib(5); nothing but the 0.5B's own tests sides with it
+    rows = [written("m1", "fib(2)", "1"), written("m1", "fib(5)", "5")]
+    answers = [Candidate("m1", "p1", (True, True), None,
+                         calls=(Outcome("value", "1"), Outcome("value", "5"))),
+               Candidate("m2", "p2", (True, False), None,
+                         calls=(Outcome("value", "1"), Outcome("value", "3")))]
+    verdict = weigh(rows, [], answers, None)
+    assert verdict.status == ANSWERS_DISAGREE and "fib(5): 5 (m1) vs 3 (m2)" in verdict.detail
+    # an error is no reading: the other program crashed, the tests stand
+    rows = [written("m1", "fib(2)", "1"), written("m1", "fib(5)", "5")]
+    crashed = Candidate("m2", "p2", (True, False), None,
+                        calls=(Outcome("value", "1"), Outcome("error", "RecursionError")))
+    assert weigh(rows, [], [answers[0], crashed], None).status == DECIDED
+    # nor does a program that fails the example speak against a test beside it
+    rows = [written("m1", "fib(2)", "1"), written("m1", "fib(5)", "5")]
+    misread = Candidate("m2", "p2", (True, False), False,
+                        calls=(Outcome("value", "1"), Outcome("value", "3")))
+    own = dataclasses.replace(answers[0], example=True)
+    assert weigh(rows, [], [own, misread], Example("fib(3)", "2")).status == DECIDED
+    # nor a reading a stronger test already refuted: the author fails the example
+    rows = [written("m1", "fib(2)", "1"), written("m1", "fib(5)", "5")]
+    refuted = dataclasses.replace(answers[0], example=False)
+    other = dataclasses.replace(answers[1], example=True)
+    assert weigh(rows, [], [refuted, other], Example("fib(3)", "2")).status == DECIDED
+    # and a test its author's own answer fails is a claim against the answers, not a reading
+    rows = [written("m1", "fib(2)", "1"), written("m1", "fib(5)", "5")]
+    wrong_own = dataclasses.replace(answers[0], written=(True, False))
+    assert weigh(rows, [], [wrong_own, answers[1]], None).status == DECIDED

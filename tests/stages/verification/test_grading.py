@@ -53,3 +53,16 @@ def test_a_looping_answer_costs_one_timeout_and_still_gets_its_probe(sandbox_poo
     assert g.verdict.status == "timeout" and g.verdict.per_test[1:] == ("skipped",) * 3
     # the probes ran on their own after fail-fast: the answer loads, its example times out
     assert g.probe_gate == "example_failed" and g.program_gate == "fail"
+
+
+def test_the_example_alone_verifies_nothing_and_still_rejects(sandbox_pool):
+    # the tests stage's example row is a visible test: a suite of it alone is one call
+    example = "assert add(2, 3) == 5"
+    suite = Suite("i", "add", example=example, visible=(example,))
+    assert suite.example_only and not SUITE.example_only
+    good, bad = grade(sandbox_pool, [("def add(a, b):\n    return a + b\n", suite),
+                                     ("def add(a, b):\n    return a - b\n", suite)], timeout_s=3)
+    assert good.verdict.status == "passed" and good.admission() == "no_tests"
+    assert bad.admission() == "example_failed"
+    [full] = grade(sandbox_pool, [("def add(a, b):\n    return a + b\n", SUITE)], timeout_s=3)
+    assert full.admission() == "verified"

@@ -124,8 +124,11 @@ def test_python_rows_beside_other_languages_take_the_python_path(world, sandbox_
           "returns 2 * x. For example, double(4) returns 8.", "response": "",
           "language": "python", "task_kind": "function"}
     table = answers()
-    rows = table.to_pylist() + [dict(py, model=m, code="def double(x):\n    return 2 * x\n")
-                                for m in MODELS]
+    # three different programs: models that answer with one program are one voice, and one
+    # voice's tests beside an example that every answer passes verify nothing (evidence rule 7)
+    bodies = ("2 * x", "x + x", "x * 2")
+    rows = table.to_pylist() + [dict(py, model=m, code=f"def double(x):\n    return {b}\n")
+                                for m, b in zip(MODELS, bodies)]
     table = pa.Table.from_pylist(rows)
     ctx = Ctx(sandbox_pool, {"rate": rate(table)})
     for author in ctx.authors.values():
