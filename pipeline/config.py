@@ -206,6 +206,10 @@ class RunConfig(_RunBase):
                            "fail_fast": self.verify.fail_fast,
                            "min_pass_fraction": self.verify.min_pass_fraction}}
         fill["compress"] = {"precision": self.embedding_precision}
+        # what clean checks mined requests against: the system prompts they were mined under
+        fill["clean"] = {"echo_of": tuple(dict.fromkeys(
+            prompt for language in self.mine.languages for kind in self.mine.task_kinds
+            if (prompt := self.mine.system_for(language, kind))))}
         check = self.decontaminate.embedding
         if check.precision is None:
             object.__setattr__(self, "decontaminate", self.decontaminate.model_copy(update={

@@ -9,9 +9,20 @@ and in Java, or as a function and as a program, is two tasks.
 
 Drop reasons, in the order they are checked: ``generation_error``, ``truncated`` (the model hit
 ``max_tokens``: the request is cut), ``empty``, ``non_latin_text``, ``too_short``, ``too_long``,
-``code_not_request``, ``answer_not_request``, ``not_a_request``, ``exact_duplicate``,
-``near_duplicate``. Dropped rows carry a ``detail`` (the duplicate's kept ``instruction_id`` and
-Jaccard estimate, the length, ...).
+``code_not_request``, ``answer_not_request``, ``not_a_request``, ``prompt_echo``,
+``exact_duplicate``, ``near_duplicate``. Dropped rows carry a ``detail`` (the duplicate's kept
+``instruction_id`` and Jaccard estimate, the length, the echoed words, ...).
+
+``prompt_echo``: a mined request that repeats the words of the system prompt it was mined
+under (``echo_of``, filled in from ``mine``) restates the miner's instructions instead of
+asking for something: "Please provide one Python function that solves a specific problem",
+"Can you provide an example of a function that solves a specific problem, such as ..." under
+a system prompt about "one Python function that solves a small, self-contained problem". On a
+default run's 125 requests that reached ``difficulty``, labelled by hand, the 7 sharing two or
+more word 3-grams with the system prompt were all non-tasks, and no task shared more than one
+(``a Python function that``); the concrete-task question of ``difficulty`` had let one of
+them through to the dataset. Requests read from a file were mined under no prompt and are not
+checked.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.pipeline.textnorm import instruction_id
 from arenaforge.stages.common.task_kinds import row_language, row_task_kind
 from arenaforge.stages.instructions.dedup import NearDupParams, near_duplicates
+from arenaforge.stages.instructions.sources import FILE_TEMPLATE
 from pydantic import Field
 
 MINE_COLUMNS = ("instruction_id", "instruction", "miner", "language", "task_kind",
@@ -58,6 +70,12 @@ class CleanConfig(StageConfig):
     max_non_latin: float = Field(default=0.2, ge=0, le=1,
                                  description="Largest share of letters outside Latin script.")
     near_dup: NearDupConfig = Field(default_factory=NearDupConfig)
+    echo_of: tuple[str, ...] | None = Field(
+        default=None, description="The system prompts requests were mined under (a run fills "
+        "them in from mine): a request must not echo them.")
+    max_echo_ngrams: int | None = Field(
+        default=1, ge=0, description="A mined request sharing more word 3-grams than this with "
+        "a system prompt it was mined under is dropped as prompt_echo (null: not checked).")
 
 
 # A mined request sometimes starts with a role label the model wrote itself.
@@ -127,7 +145,39 @@ def request_problem(text: str) -> str | None:
     return None
 
 
-def row_problem(text: str, finish_reason: str | None, cfg: CleanConfig) -> tuple[str, str] | None:
+_WORD = re.compile(r"[a-z0-9]+(?:['-][a-z0-9]+)*")
+ECHO_NGRAM = 3
+
+
+def word_ngrams(text: str, n: int = ECHO_NGRAM) -> set[tuple[str, ...]]:
+    """The lower-cased word n-grams of ``text``.
+
+    >>> sorted(word_ngrams("Write ONE function, now.", 2))
+    [('function', 'now'), ('one', 'function'), ('write', 'one')]
+    """
+    words = _WORD.findall(text.lower())
+    return {tuple(words[i:i + n]) for i in range(len(words) - n + 1)}
+
+
+def prompt_echo(text: str, prompts: tuple[str, ...], max_shared: int) -> str | None:
+    """The word 3-grams ``text`` shares with the prompt it echoes most, when more than
+    ``max_shared``; else ``None``.
+
+    >>> prompt_echo("Please provide one Python function that solves a specific problem.",
+    ...             ("Write one Python function that solves a small problem.",), 1)
+    "4 word 3-grams of the system prompt: 'function that solves', 'one python function', ..."
+    """
+    mine = word_ngrams(text)
+    shared = max((mine & word_ngrams(p) for p in prompts), key=len, default=set())
+    if len(shared) <= max_shared:
+        return None
+    shown = sorted(" ".join(g) for g in shared)
+    return (f"{len(shared)} word 3-grams of the system prompt: "
+            + ", ".join(repr(g) for g in shown[:2]) + (", ..." if len(shown) > 2 else ""))
+
+
+def row_problem(text: str, finish_reason: str | None, cfg: CleanConfig,
+                mined: bool = True) -> tuple[str, str] | None:
     """The first filter a normalised request fails, as ``(reason, detail)``, or ``None``."""
     if finish_reason == "error":
         return "generation_error", ""
@@ -148,6 +198,10 @@ def row_problem(text: str, finish_reason: str | None, cfg: CleanConfig) -> tuple
         problem = request_problem(text)
         if problem:
             return problem, ""
+    if mined and cfg.echo_of and cfg.max_echo_ngrams is not None:
+        echo = prompt_echo(text, cfg.echo_of, cfg.max_echo_ngrams)
+        if echo:
+            return "prompt_echo", echo
     return None
 
 
@@ -156,7 +210,8 @@ def run(table: pa.Table, cfg: CleanConfig, ctx) -> StageResult:
     rows = table.to_pylist()
     texts = [normalize_instruction(r["instruction"] or "") for r in rows]
     reasons: list[tuple[str, str] | None] = [
-        row_problem(t, r.get("finish_reason"), cfg) for t, r in zip(texts, rows)]
+        row_problem(t, r.get("finish_reason"), cfg, mined=r.get("template") != FILE_TEMPLATE)
+        for t, r in zip(texts, rows)]
     tasks = [(row_language(r.get("language")), row_task_kind(r.get("task_kind"))) for r in rows]
     ids = [instruction_id(t, *task) for t, task in zip(texts, tasks)]
 

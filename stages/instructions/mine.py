@@ -54,7 +54,11 @@ from arenaforge.pipeline.sandbox.languages.catalog import (
 from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
 from arenaforge.pipeline.textnorm import instruction_id
 from arenaforge.stages.instructions.pre_query import build_pre_query
-from arenaforge.stages.instructions.sources import InstructionSourceError, load_instructions
+from arenaforge.stages.instructions.sources import (
+    FILE_TEMPLATE,
+    InstructionSourceError,
+    load_instructions,
+)
 from arenaforge.stages.verification.polyglot.cases import FUNCTION, PROGRAM
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
@@ -230,7 +234,7 @@ def file_rows(table: pa.Table, cfg: MineConfig) -> pa.Table:
                     "instruction": text, "miner": None, "language": r["language"],
                     "task_kind": r["task_kind"],
                     "sample_params": json.dumps({**where, "row": r["sample_index"]}),
-                    "template": "file", "finish_reason": None, "raw": r["instruction"],
+                    "template": FILE_TEMPLATE, "finish_reason": None, "raw": r["instruction"],
                     "task_id": r["task_id"], "sample_index": r["sample_index"]})
     return pa.Table.from_pylist(out, schema=MINE_SCHEMA)
 

@@ -26,6 +26,7 @@ from typing import Any
 from arenaforge.pipeline.sandbox.languages.catalog import UnknownLanguage, resolve_language
 from arenaforge.stages.verification.polyglot.cases import FUNCTION, resolve_task_kind
 
+FILE_TEMPLATE = "file"  # the ``template`` of a row read from a file: no model wrote it
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet",)
 LANGUAGE_COLUMN, TASK_KIND_COLUMN = "language", "task_kind"

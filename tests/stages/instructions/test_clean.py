@@ -110,3 +110,42 @@ def test_near_dup_can_be_disabled():
 def test_unknown_config_key_is_an_error():
     with pytest.raises(Exception, match="extra"):
         CleanConfig(min_word=3)
+
+
+SYSTEM = ("You are an AI assistant designed to help with Python programming tasks. The user asks "
+          "you to write one Python function that solves a small, self-contained, well-specified "
+          "problem: the request names the function, describes its inputs and the expected "
+          "output, and gives an example.")
+
+
+def test_a_request_that_echoes_its_system_prompt_is_dropped():
+    # from a default run: the first two restate the miner's instructions; the third is a task
+    # and shares only "a python function that"
+    texts = ["Please provide me with one Python function that solves a specific problem: the "
+             "function does not need external packages.",
+             "Can you provide an example of a function that solves a specific problem, such as "
+             "calculating the factorial of a number or finding the largest number in a list?",
+             "Could you provide a Python function that calculates the average of numbers in a "
+             "list?"]
+    res = run(mined(texts), CleanConfig(echo_of=(SYSTEM,)), None)
+    assert res.table.column("instruction").to_pylist() == [texts[2]]
+    assert res.dropped.column("reason").to_pylist() == ["prompt_echo", "prompt_echo"]
+    assert res.dropped.column("detail")[1].as_py().startswith(
+        "2 word 3-grams of the system prompt: 'function that solves', 'that solves a'")
+    # a request read from a file was mined under no prompt; and the check can be turned off
+    from_file = mined(texts).to_pylist()
+    for row in from_file:
+        row["template"] = "file"
+    assert run(pa.Table.from_pylist(from_file, schema=MINE_SCHEMA),
+               CleanConfig(echo_of=(SYSTEM,)), None).table.num_rows == 3
+    assert run(mined(texts), CleanConfig(echo_of=(SYSTEM,), max_echo_ngrams=None),
+               None).table.num_rows == 3
+
+
+def test_a_run_fills_in_the_prompts_its_requests_were_mined_under():
+    from pathlib import Path
+
+    from arenaforge.pipeline.config import load_config
+
+    cfg = load_config(Path(__file__).parents[3] / "configs" / "default.yaml")
+    assert cfg.clean.echo_of == (cfg.mine.system_for("python"),)
