@@ -71,10 +71,10 @@ Rules, in order (``weigh``):
 8. **One program's reading against another's.** A test that only its author's own answer
    backs (``written``, and that answer passes it) is that program's reading, no more. When
    another program returns another value on its call, both programs consistent with every
-   stronger trusted test and the example, two readings stand one voice each (the fibonacci of a default
-   run: the 0.5B's tests expect its own values, SmolLM2's different program returns others,
-   and the 0.5B's tests were all that sided with it); nothing tells which is right, so the
-   instruction is ``answers_disagree``, as in rule 6.
+   stronger trusted test and the example, two readings stand one voice each (the fibonacci
+   of a default run: the 0.5B's tests expect its own values, SmolLM2's different program
+   returns others, and the 0.5B's tests were all that sided with it); nothing tells which is
+   right, so the instruction is ``answers_disagree``, as in rule 6.
 """
 
 from __future__ import annotations

@@ -36,8 +36,9 @@ author ``instruction``), ``test_code, survived, reason`` (null when survived; ``
 expected, entry_point, entry_source`` (instruction, answers), ``signature, example`` (the
 instruction's own example as an assert, for the probe gate), ``author_name`` (the name the
 author called), ``passed_by, contradicted, consensus`` (the models whose answers pass every
-trusted test), ``no_tests`` (per instruction: no trusted test but the example), ``raw`` (the reply; the candidates' outcomes for
-an augmented row), ``parse_error, generator, generator_error, generated_inputs``,
+trusted test), ``no_tests`` (per instruction: no trusted test but the example), ``raw``
+(the reply; the candidates' outcomes for an augmented row), ``parse_error, generator,
+generator_error, generated_inputs``,
 ``graded_passed_by`` (the models whose run passed the row's test as verify grades it),
 ``candidate_runs`` (per instruction: each candidate's run, its program's digest, probes and
 limits; both ``arenaforge.stages.verification.recorded_runs``) and ``suite_status,
