@@ -18,7 +18,7 @@ under (``echo_of``, filled in from ``mine``) restates the miner's instructions i
 asking for something: "Please provide one Python function that solves a specific problem",
 "Can you provide an example of a function that solves a specific problem, such as ..." under
 a system prompt about "one Python function that solves a small, self-contained problem". On a
-default run's 125 requests that reached ``difficulty``, labelled by hand, the 7 sharing two or
+default run's 120 requests that reached ``difficulty``, labelled by hand, the 7 sharing two or
 more word 3-grams with the system prompt were all non-tasks, and no task shared more than one
 (``a Python function that``); the concrete-task question of ``difficulty`` had let one of
 them through to the dataset. Requests read from a file were mined under no prompt and are not
