@@ -198,6 +198,17 @@ def write_config_run_files(workdir: Path, ports: dict[str, int], config_file: Pa
     return path
 
 
+def run_precision(run_dir: Path) -> str | None:
+    """The precision the run's embeddings were computed at, as compress recorded it (what a
+    config's ``auto`` resolved to); None when compress did not run."""
+    import pyarrow.parquet as pq
+
+    path = run_dir / "compress" / "embeddings.parquet"
+    if not path.is_file():
+        return None
+    return (pq.read_schema(path).metadata or {}).get(b"precision", b"").decode() or None
+
+
 def bf16_cpu() -> bool:
     """The CPU computes bfloat16 natively (AVX512-BF16 or AMX)."""
     import torch
@@ -369,9 +380,9 @@ def bench_size(n: int, args: argparse.Namespace, workdir: Path) -> dict[str, Any
                              "driver_rss_mb_by_stage": rss_by_stage(rss, starts),
                              "cores_by_stage": cores_by_stage(
                                  cpu.samples, lambda when: stage_at(starts, when)),
-                             "exit_code": rc,
-                             "embedding_precision": "bfloat16" if bf16_cpu() else "float32"}
+                             "exit_code": rc}
     stats_file = size_dir / "runs" / f"bench-{n}" / "stats.json"
+    entry["embedding_precision"] = run_precision(stats_file.parent)
     if rc != 0 or not stats_file.is_file():
         tail = (size_dir / "run.log").read_text(errors="replace").splitlines()[-15:]
         entry.update(rows_emitted=0, overhead_share=None, error="\n".join(tail))
