@@ -152,7 +152,7 @@ def cached_embeddings(texts: Sequence[str], embed: Callable[[list[str]], np.ndar
         part_keys = t.column("instruction_id").to_pylist()
         hits = [i for i, key in enumerate(part_keys) if key in wanted]
         if hits:
-            vecs = _vectors(t.column("embedding"))
+            vecs = column_vectors(t.column("embedding"))
             found.update((part_keys[i], vecs[i]) for i in hits)
     text_of = dict(zip(keys, norm))
     missing = sorted(k for k in text_of if k not in found)
@@ -210,6 +210,8 @@ def vector_table(ids: list[str], emb: np.ndarray) -> pa.Table:
     return pa.table({"instruction_id": pa.array(ids, pa.string()), "embedding": column})
 
 
-def _vectors(column: pa.ChunkedArray) -> np.ndarray:
+def column_vectors(column: pa.ChunkedArray) -> np.ndarray:
+    """A ``vector_table`` embedding column as one ``(rows, d)`` array, without Python floats
+    (a list per vector cost ~30x the array's memory: 150 MB for 12,000 MiniLM vectors)."""
     arr = column.combine_chunks()
     return arr.values.to_numpy(zero_copy_only=False).reshape(len(arr), arr.type.list_size)

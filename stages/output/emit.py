@@ -41,7 +41,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
-import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
@@ -55,7 +54,7 @@ from arenaforge.pipeline.layout import (
 )
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS
-from arenaforge.stages.common.embeddings import unit_rows
+from arenaforge.stages.common.embeddings import column_vectors, unit_rows
 from arenaforge.stages.common.task_kinds import table_tasks
 from arenaforge.stages.output.card import CardInfo, render_card
 from arenaforge.stages.output.emit_provenance import (
@@ -104,6 +103,8 @@ SFT_SCHEMA = pa.schema([
 ])
 
 REQUIRED_COLUMNS = ("instruction_id", "instruction", "model", "response", "status")
+# what task dedup reads of a verified row (stages/output/task_dedup.py)
+DEDUP_COLUMNS = ("instruction_id", "code", "kcenter_rank", "language", "task_kind")
 OPTIONAL_NUMERIC = ("tests_passed", "judge_score", "final_score", "elo", "difficulty")
 
 
@@ -332,9 +333,15 @@ def _without_duplicate_tasks(chosen: pa.Table, cfg: EmitConfig, ctx: StageContex
         return chosen, none
     table = pq.read_table(io.BytesIO(raw))
     vectors = dict(zip(table.column("instruction_id").to_pylist(),
-                       unit_rows(np.asarray(table.column("embedding").to_pylist(), np.float32))))
-    rows = fill_from(chosen, ctx, "compress", "kcenter_rank").to_pylist()
-    verified = [r for r in rows if r.get("verified")]
+                       unit_rows(column_vectors(table.column("embedding")))))
+    # the verified rows as Python objects with only what task dedup reads: every column of
+    # every chosen row as dicts grew with the answers' text and provenance
+    if "verified" not in chosen.column_names:
+        return chosen, none
+    with_rank = fill_from(chosen, ctx, "compress", "kcenter_rank")
+    wanted = [c for c in DEDUP_COLUMNS if c in with_rank.column_names]
+    verified = with_rank.filter(pc.fill_null(with_rank.column("verified"), False)
+                                ).select(wanted).to_pylist()
     ids = [r["instruction_id"] for r in verified]
     if len(ids) < 2:
         return chosen, none
