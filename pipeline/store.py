@@ -94,6 +94,14 @@ _DECODED_LOCK = threading.Lock()
 _DECODED_MAX = 2
 
 
+def _present(buf: pa.Buffer, columns: list[str] | None) -> list[str] | None:
+    """Those of ``columns`` that the shard file has (an optional column may be absent)."""
+    if columns is None:
+        return None
+    names = set(pq.read_schema(pa.BufferReader(buf)).names)
+    return [c for c in columns if c in names]
+
+
 def _has_rows_or_columns(buf: pa.Buffer, columns: list[str] | None) -> bool:
     """Whether to read ``columns`` from a shard file: a shard whose rows were all dropped may
     have no columns at all, and holds no row to read."""
@@ -338,9 +346,10 @@ class StageStore:
         return table
 
     def read(self, which: str = "kept", columns: Iterable[str] | None = None) -> pa.Table:
-        """All shards of a complete stage, in shard order, checksums verified."""
+        """All shards of a complete stage, in shard order, checksums verified; ``columns``:
+        only those of them that the output has (None: all)."""
         columns = list(columns) if columns is not None else None
-        tables = [pq.read_table(pa.BufferReader(buf), columns=columns)
+        tables = [pq.read_table(pa.BufferReader(buf), columns=_present(buf, columns))
                   for buf in self._verified(range(self._complete().get("shards", 0)), which)
                   if _has_rows_or_columns(buf, columns)]
         if not tables:
