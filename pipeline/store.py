@@ -94,12 +94,17 @@ _DECODED_LOCK = threading.Lock()
 _DECODED_MAX = 2
 
 
-def _present(buf: pa.Buffer, columns: list[str] | None) -> list[str] | None:
-    """Those of ``columns`` that the shard file has (an optional column may be absent)."""
+def _read_shard(buf: pa.Buffer, columns: list[str] | None) -> pa.Table | None:
+    """A shard file's rows, only those of ``columns`` it has (an optional column may be
+    absent; None: every column); None for a shard that kept no row and lacks some of them
+    (``_has_rows_or_columns``), from one read of the file's footer."""
     if columns is None:
+        return pq.read_table(pa.BufferReader(buf))
+    meta = pq.read_metadata(pa.BufferReader(buf))
+    names = set(meta.schema.to_arrow_schema().names)
+    if not meta.num_rows and not set(columns) <= names:
         return None
-    names = set(pq.read_schema(pa.BufferReader(buf)).names)
-    return [c for c in columns if c in names]
+    return pq.read_table(pa.BufferReader(buf), columns=[c for c in columns if c in names])
 
 
 def _has_rows_or_columns(buf: pa.Buffer, columns: list[str] | None) -> bool:
@@ -349,9 +354,8 @@ class StageStore:
         """All shards of a complete stage, in shard order, checksums verified; ``columns``:
         only those of them that the output has (None: all)."""
         columns = list(columns) if columns is not None else None
-        tables = [pq.read_table(pa.BufferReader(buf), columns=_present(buf, columns))
-                  for buf in self._verified(range(self._complete().get("shards", 0)), which)
-                  if _has_rows_or_columns(buf, columns)]
+        tables = [t for buf in self._verified(range(self._complete().get("shards", 0)), which)
+                  if (t := _read_shard(buf, columns)) is not None]
         if not tables:
             return pa.table({})
         return pa.concat_tables(tables, promote_options="permissive")

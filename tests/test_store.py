@@ -172,6 +172,16 @@ def test_reading_columns_skips_shards_that_kept_no_row(root):
     assert stage.read(columns=["k"]).column("k").to_pylist() == ["a"]
 
 
+def test_reading_columns_reads_only_those_the_output_has(root):
+    stage = RunStore(root).stage("s")
+    stage.write_shard(0, pa.table({"k": ["a", "b"], "v": [1, 2], "w": ["x", "y"]}),
+                      DROPPED_SCHEMA.empty_table(), {"input_hash": "0"})
+    stage.mark_success({"shards": 1})
+    # an optional column the stage did not write is left out, not an error
+    assert stage.read(columns=["v", "k", "absent"]).column_names == ["v", "k"]
+    assert stage.read().column_names == ["k", "v", "w"]
+
+
 def test_success_markers_completed_stages_and_stale_shards(root):
     store = RunStore(root)
     store.open("a", "")

@@ -334,14 +334,14 @@ def _without_duplicate_tasks(chosen: pa.Table, cfg: EmitConfig, ctx: StageContex
     table = pq.read_table(io.BytesIO(raw))
     vectors = dict(zip(table.column("instruction_id").to_pylist(),
                        unit_rows(column_vectors(table.column("embedding")))))
-    # the verified rows as Python objects with only what task dedup reads: every column of
-    # every chosen row as dicts grew with the answers' text and provenance
     if "verified" not in chosen.column_names:
         return chosen, none
-    with_rank = fill_from(chosen, ctx, "compress", "kcenter_rank")
-    wanted = [c for c in DEDUP_COLUMNS if c in with_rank.column_names]
-    verified = with_rank.filter(pc.fill_null(with_rank.column("verified"), False)
-                                ).select(wanted).to_pylist()
+    # the verified rows as Python objects with only what task dedup reads: every column of
+    # every chosen row as dicts grew with the answers' text and provenance
+    verified = fill_from(chosen.filter(pc.fill_null(chosen.column("verified"), False)), ctx,
+                         "compress", "kcenter_rank")
+    verified = verified.select([c for c in DEDUP_COLUMNS if c in verified.column_names]
+                               ).to_pylist()
     ids = [r["instruction_id"] for r in verified]
     if len(ids) < 2:
         return chosen, none
