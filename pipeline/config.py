@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from pathlib import Path
 from typing import Any, Literal
 
@@ -324,9 +325,42 @@ def load_config(path: str | Path, overrides: list[str] | None = None) -> Any:
     source = str(path) + (" (with --set overrides)" if overrides else "")
     models_file = cfg.models_file if cfg.models_file.is_absolute() else path.parent / cfg.models_file
     cfg = cfg.model_copy(update={"models_file": models_file.resolve(), **_where_it_lies(
-        path, overrides)})
+        path, overrides), **_absolute_inputs(cfg)})
     check_models(cfg, source)
     return cfg
+
+
+def _absolute(path: Any) -> Any:
+    """A path relative to the cwd made absolute (``~`` names one place already; ``None`` stays).
+
+    >>> import os
+    >>> _absolute("data/seed.jsonl") == os.path.join(os.getcwd(), "data", "seed.jsonl")
+    True
+    >>> _absolute("~/seed.jsonl"), _absolute(None)
+    ('~/seed.jsonl', None)
+    """
+    if path is None or str(path).startswith("~") or os.path.isabs(path):
+        return path
+    return type(path)(os.path.abspath(path))
+
+
+def _absolute_inputs(cfg: Any) -> dict[str, Any]:
+    """The sections whose input files are named relative to the cwd, with those names made
+    absolute, so that the run directory's ``config.yaml`` (``run_dir_yaml``) resumes from any
+    cwd and the rows' fingerprints do not depend on where the run was started from: the
+    instruction file, the benchmark files, the embedding models and the local cache."""
+    bench = cfg.decontaminate
+    return {
+        "mine": cfg.mine.model_copy(update={"source": _absolute(cfg.mine.source)}),
+        "decontaminate": bench.model_copy(update={
+            "benchmarks": [b.model_copy(update={"path": _absolute(b.path)})
+                           for b in bench.benchmarks],
+            "embedding": bench.embedding.model_copy(
+                update={"model": _absolute(bench.embedding.model)})}),
+        "compress": cfg.compress.model_copy(update={"model": _absolute(cfg.compress.model)}),
+        "runner": cfg.runner.model_copy(
+            update={"local_cache_dir": _absolute(cfg.runner.local_cache_dir)}),
+    }
 
 
 def _where_it_lies(path: Path, overrides: list[str] | None) -> dict[str, str]:
@@ -346,7 +380,10 @@ def check_models(cfg: Any, source: str) -> None:
     from arenaforge.pipeline.models import load_registry
 
     if not Path(cfg.models_file).is_file():
-        raise ConfigError(f"{source}: models_file: {cfg.models_file} not found")
+        raise ConfigError(
+            f"{source}: models_file: the model registry {cfg.models_file} is not there; name "
+            "where it is with --set models_file=/path/to/models.yaml (a relative path is "
+            "taken from the config file's folder)")
     try:
         registry = load_registry(cfg.models_file)
     except ValueError as exc:
@@ -365,18 +402,12 @@ def dump_config(cfg: Any) -> str:
 
 
 def run_dir_yaml(cfg: Any, run_dir: str | Path) -> str:
-    """The config as its run directory records it (``config.yaml``), naming no place the run
-    was made in, so that a moved or copied run directory (or one on a filesystem mounted under
-    another prefix) still resumes from it: without ``artifacts_dir`` (the run lies where the
-    file lies; ``load_config`` reads it so), and with ``models_file`` relative to the run
-    directory when both share more than the filesystem root (they then move together)."""
-    import os
-
-    from arenaforge.pipeline.filesystem import is_uri
-
-    data = cfg.model_dump(mode="json", exclude={"artifacts_dir"})
-    if not is_uri(run_dir):
-        run_dir, registry = Path(run_dir).resolve(), Path(cfg.models_file).resolve()
-        if Path(os.path.commonpath([run_dir, registry])) != Path(run_dir.anchor):
-            data["models_file"] = os.path.relpath(registry, run_dir)
-    return yaml.safe_dump(data, sort_keys=False)
+    """The config as its run directory records it (``config.yaml``), so that the directory
+    resumes from it wherever it is copied or moved: without ``artifacts_dir`` (the run lies
+    where the file lies; ``load_config`` reads it so), and with every file outside the run
+    directory named absolute (``load_config`` made them so; ``models_file`` is resolved), since
+    a relative name breaks as soon as the run directory moves and the file does not. The
+    registry is named, not copied: it is a project file whose entries name files relative to
+    itself (``config_dir``), and the config hash holds its bytes, not its name, so pointing a
+    moved run at a copy (``--set models_file=...``) resumes it too."""
+    return yaml.safe_dump(cfg.model_dump(mode="json", exclude={"artifacts_dir"}), sort_keys=False)

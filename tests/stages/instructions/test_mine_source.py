@@ -88,10 +88,10 @@ def test_seed_file_is_twenty_distinct_rows():
 
 
 def test_set_source_on_any_config_and_bad_files_fail_at_load(tmp_path, monkeypatch):
-    monkeypatch.chdir(ROOT)  # relative sources resolve against the cwd
+    monkeypatch.chdir(ROOT)  # relative sources resolve against the cwd, and stay so resolved
     cfg = load_config(ROOT / "configs" / "smoke.yaml",
                       ["mine.source=tests/data/instructions-20.jsonl"])
-    assert cfg.mine.source == Path("tests/data/instructions-20.jsonl")
+    assert cfg.mine.source == ROOT / "tests" / "data" / "instructions-20.jsonl"
     assert cfg.mine.models_used() == []
 
     bad = tmp_path / "bad.jsonl"
