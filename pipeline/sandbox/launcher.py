@@ -22,7 +22,9 @@ from pathlib import Path
 HARNESS_HOST_DIR = Path(__file__).with_name("inside")
 HARNESS_DIR = "/opt/arenaforge"
 HARNESS_ENTRY = "run.py"
-WORK_DIR = "/work"
+# The job's tmpfs: a path no host directory that is bound in (the interpreter, a virtual
+# environment, toolchains) is likely to lie under; ``sandbox_command`` refuses one that does.
+WORK_DIR = "/job"
 SLOT_LIMIT = 1024
 # Modules a fork-server imports once so that jobs importing them start fast.
 PRELOAD = ("re", "math", "collections", "itertools", "functools", "heapq", "bisect", "string",
@@ -165,6 +167,10 @@ def sandbox_command(harness_cfg: str, cfg, cgroup_procs: Sequence[str] = (),
     args += ["--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
              *_root_layout()]
     for path in (*_python_dirs(), *binds):
+        if any(path == d or path.startswith(d + "/") for d in (WORK_DIR, "/tmp", HARNESS_DIR)):
+            raise RuntimeError(f"sandbox: {path} must be bound in, but the sandbox's own "
+                               f"{WORK_DIR}, /tmp or {HARNESS_DIR} would hide it; install it "
+                               "elsewhere")
         args += [*_mkdirs(path), "--ro-bind", path, path]
     args += [*_mkdirs(HARNESS_DIR), "--ro-bind", str(HARNESS_HOST_DIR), HARNESS_DIR,
              "--proc", "/proc", "--dev", "/dev",

@@ -77,13 +77,13 @@ def test_huge_output_is_capped(sandbox):
 
 
 def test_disk_fill_stays_in_the_job_tmpfs(sandbox):
-    src = ("f = open('/work/fill', 'wb')\nwritten = 0\ntry:\n    while True:\n"
+    src = ("f = open('/job/fill', 'wb')\nwritten = 0\ntry:\n    while True:\n"
            "        f.write(b'0' * (1 << 20))\n        f.flush()\n        written += 1\n"
            "except OSError as exc:\n    error = exc\n")
     r = sandbox.run(src, "assert written > 10000")
     assert r.status == FAILED
     # the next job starts with empty /work and /tmp
-    r = sandbox.run("import os\nleft = os.listdir('/work') + os.listdir('/tmp')", "assert left == []")
+    r = sandbox.run("import os\nleft = os.listdir('/job') + os.listdir('/tmp')", "assert left == []")
     assert r.status == PASSED
     _assert_clean(sandbox)
 
@@ -299,9 +299,9 @@ def test_candidate_hanging_in_a_thread_times_out(sandbox):
 
 def test_consecutive_jobs_do_not_see_each_other(sandbox):
     """The second job on a pool cannot see the files the first one left."""
-    first = sandbox.run("open('/work/secret', 'w').write('s')\nopen('/tmp/secret', 'w').write('s')",
+    first = sandbox.run("open('/job/secret', 'w').write('s')\nopen('/tmp/secret', 'w').write('s')",
                         "assert True")
     assert first.status == PASSED
-    r = sandbox.run("import os\nseen = os.path.exists('/work/secret') or os.path.exists('/tmp/secret')",
+    r = sandbox.run("import os\nseen = os.path.exists('/job/secret') or os.path.exists('/tmp/secret')",
                     "assert not seen")
     assert r.status == PASSED
