@@ -8,7 +8,8 @@ renders each shape that stage sends (:mod:`arenaforge.pipeline.stage_conversatio
 mining's pre-query prompt built by the mining stage's own builder) with the model's own
 template, read from its files without loading weights: a GGUF file's metadata, the model
 directory's ``tokenizer_config.json``, or the registry entry's ``config_dir`` when the weights
-live elsewhere (the shipped ``configs/model_files/``). A model whose entry says
+live elsewhere or are not installed (the shipped ``configs/model_files/``, copies of each
+model's published files). A model whose entry says
 ``fold_system: true`` renders with its system text folded into the first user turn, as every
 backend sends it at run time (:mod:`arenaforge.pipeline.backends.role_folding`).
 """
@@ -77,17 +78,19 @@ def model_template(spec: Any) -> tuple[TemplateInfo | None, str]:
     if spec.chat_template_source == "server":
         return None, "the server's (llama.cpp /props), asked at run time"
     files: TemplateInfo | None = None
-    source = ""
-    if spec.backend == "llamacpp":
+    source = missing = ""
+    fields: tuple[str, ...] = ("path", "tokenizer", "config_dir")
+    if spec.backend == "llamacpp":  # the GGUF's own template when its weights are here
         from arenaforge.pipeline.models import resolve_weights
 
         try:
             weights = resolve_weights(spec)
         except (LookupError, OSError, ValueError) as exc:
-            return None, f"weights not available here ({exc})"
-        files, source = load_template(weights), f"GGUF {weights.name}"
-    else:
-        for field in ("path", "tokenizer", "config_dir"):
+            missing, fields = f"; weights not available here ({exc})", ("config_dir",)
+        else:
+            files, source = load_template(weights), f"GGUF {weights.name}"
+    if files is None:
+        for field in fields:
             where = _local(getattr(spec, field))
             if where is not None and (where.is_file() or (where / "tokenizer_config.json")
                                       .is_file() or (where / "chat_template.jinja").is_file()):
@@ -98,7 +101,7 @@ def model_template(spec: Any) -> tuple[TemplateInfo | None, str]:
         if files is None:
             return None, (f"no local tokenizer files (path {spec.path!r}, tokenizer "
                           f"{spec.tokenizer!r}, config_dir {spec.config_dir!r}): give the "
-                          "entry a config_dir holding its tokenizer_config.json")
+                          f"entry a config_dir holding its tokenizer_config.json{missing}")
     if spec.chat_template_source == "registry":
         return TemplateInfo(spec.chat_template, files.bos, files.eos, files.add_bos), "registry"
     return files, source

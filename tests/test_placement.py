@@ -34,7 +34,13 @@ def plan_cli(*args: str) -> subprocess.CompletedProcess:
 PUBLISHED = {"Qwen2.5-Coder-7B-Instruct": 7.61, "deepseek-coder-6.7b-instruct": 6.74,
              "codegemma-7b-it": 8.54, "CodeLlama-7b-Instruct-hf": 6.74,
              "OpenCoder-8B-Instruct": 7.77, "Mistral-7B-Instruct-v0.2": 7.24,
-             "granite-3.0-8b-instruct": 8.17}
+             "granite-3.0-8b-instruct": 8.17, "starcoder2-15b-instruct-v0.1": 15.96,
+             "Qwen2.5-Coder-0.5B-Instruct": 0.49, "Qwen2.5-Coder-1.5B-Instruct": 1.54,
+             "SmolLM2-135M-Instruct": 0.135}
+
+
+def test_every_shipped_model_file_has_its_model_cards_size_here():
+    assert sorted(PUBLISHED) == sorted(p.name for p in FILES.iterdir() if p.is_dir())
 
 
 @pytest.mark.parametrize("name", sorted(PUBLISHED))

@@ -1,11 +1,13 @@
 """`arenaforge config validate --render`: each model's own template against what its stages send.
 
 The templates are the shipped copies of the models' tokenizer_config.json
-(configs/model_files): no weights are needed.
+(configs/model_files): no weights are needed. The embedded models' GGUF files, where their
+packages are installed, are read instead.
 """
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import sys
@@ -17,11 +19,19 @@ from arenaforge.pipeline.backends.chat_template import ChatTemplateError, render
 from arenaforge.pipeline.backends.role_folding import fold_system
 from arenaforge.pipeline.backends.template_source import template_from_tokenizer_dir
 from arenaforge.pipeline.config import load_config
+from arenaforge.pipeline.model_shape import model_shape
+from arenaforge.pipeline.models import load_registry
 from arenaforge.pipeline.stage_conversations import stage_shapes
 from arenaforge.pipeline.template_check import render_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIGS = ROOT / "configs"
+# Every YAML of configs/ is one of these; a new one must be put in one (the test below).
+RUN_CONFIGS = ("cluster.yaml", "default.yaml", "openai.yaml", "polyglot.yaml", "smoke.yaml",
+               "tiny-llm.yaml", "vllm.yaml")
+REGISTRIES = ("models.yaml", "models-cluster.yaml", "models-served.yaml")
+OTHER_CONFIGS = ("ablate-tiny.yaml", "judge-bench.yaml", "sft-base.yaml", "sft-gpu.yaml",
+                 "sft-tiny.yaml")
 
 
 def validate(*args: str) -> subprocess.CompletedProcess:
@@ -92,3 +102,72 @@ def test_shapes_come_from_the_stages_builders():
     tests = stage_shapes("tests", cfg.tests)
     assert [name for name, _ in tests] == ["tests", "generate_inputs"]
     assert stage_shapes("verify", cfg.verify) == []
+
+
+def test_every_yaml_of_configs_is_a_run_config_a_registry_or_named_as_neither():
+    assert sorted(p.name for p in CONFIGS.glob("*.yaml")) == sorted(
+        RUN_CONFIGS + REGISTRIES + OTHER_CONFIGS)
+
+
+@pytest.mark.parametrize("config", RUN_CONFIGS)
+def test_every_shipped_run_config_renders(config):
+    done = validate(f"configs/{config}")
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+@pytest.mark.parametrize("registry", REGISTRIES)
+def test_every_chat_model_of_a_shipped_registry_has_its_files_without_weights(registry):
+    for spec in load_registry(CONFIGS / registry).values():
+        if spec.chat_template_source == "none":  # renders no chat: an embedder, a base model
+            continue
+        where = Path(spec.config_dir or "")
+        assert spec.config_dir and where.is_dir(), f"{registry}: {spec.id} has no config_dir"
+        assert template_from_tokenizer_dir(where).template, f"{registry}: {spec.id}"
+        assert model_shape(json.loads((where / "config.json").read_text())).parameters > 0
+
+
+def test_the_starcoder2_template_refuses_a_system_message_and_folds_it():
+    info = template_from_tokenizer_dir(CONFIGS / "model_files" / "starcoder2-15b-instruct-v0.1")
+    conv = [{"role": "system", "content": "You review code."},
+            {"role": "user", "content": "Is this right?"}]
+    with pytest.raises(ChatTemplateError, match="System messages are not allowed"):
+        render_chat_template(info.template, conv, bos_token=info.bos, eos_token=info.eos)
+    assert render_chat_template(info.template, fold_system(conv), bos_token=info.bos,
+                                eos_token=info.eos) == (
+        "<|endoftext|>You are an exceptionally intelligent coding assistant that consistently "
+        "delivers accurate and reliable responses to user instructions.\n\n"
+        "### Instruction\nYou review code.\n\nIs this right?\n\n### Response\n")
+    served = load_registry(CONFIGS / "models-served.yaml")["starcoder2-15b-instruct"]
+    assert served.fold_system and Path(served.config_dir).name == "starcoder2-15b-instruct-v0.1"
+
+
+def test_openai_yaml_fails_on_starcoder2_without_fold_system(tmp_path):
+    shutil.copytree(CONFIGS / "model_files", tmp_path / "model_files")
+    registry = yaml.safe_load((CONFIGS / "models-served.yaml").read_text())
+    for entry in registry["models"]:
+        entry.pop("fold_system", None)
+    (tmp_path / "models-served.yaml").write_text(yaml.safe_dump(registry))
+    shutil.copy(CONFIGS / "openai.yaml", tmp_path / "openai.yaml")
+    done = validate(str(tmp_path / "openai.yaml"))
+    assert done.returncode == 2
+    out = " ".join((done.stdout + done.stderr).split())
+    for stage in ("difficulty", "judge", "repair"):
+        assert f"model 'starcoder2-15b-instruct', stage '{stage}'" in out
+    assert "System messages are not allowed in this template." in out
+
+
+def test_embedded_models_render_from_their_config_dir_when_their_weights_are_not_installed(
+        tmp_path):
+    # configs/default.yaml on a machine without the weight packages
+    shutil.copytree(CONFIGS / "model_files", tmp_path / "model_files")
+    registry = yaml.safe_load((CONFIGS / "models.yaml").read_text())
+    for entry in registry["models"]:
+        if entry["backend"] == "llamacpp":
+            entry["packages"] = [f"arenaforge-absent-{entry['id']}"]
+    (tmp_path / "models.yaml").write_text(yaml.safe_dump(registry))
+    shutil.copy(CONFIGS / "default.yaml", tmp_path / "default.yaml")
+    cfg = load_config(tmp_path / "default.yaml")
+    models, problems = render_config(cfg)
+    assert problems == []
+    assert {m.model: m.source.split()[0] for m in models} == {
+        m: "config_dir" for m in {*cfg.experts, *cfg.judge_ids}}
