@@ -2,7 +2,7 @@
 
 The job: ``--mine-samples`` Magpie samples from the 0.5B model, answers to ``--instructions``
 instructions from the 0.5B and the 135M model, then the 0.5B judging those answers:
-``--judge-protocol pairwise`` (default, issue 12's job) generates a verdict per instruction in
+``--judge-protocol pairwise`` (the default) generates a verdict per instruction in
 both orders (``--judge-tokens`` at most); with ``pairwise_logprob``/``pointwise_logprob`` (the
 judge stage's default) both sides instead evaluate each judge prompt, keeping the common prefix
 already in the KV cache, and read the verdict letters'/score digits' log probabilities from the

@@ -23,6 +23,9 @@ FORBIDDEN_IN_STAGES = ("arenaforge.pipeline.runner", "arenaforge.pipeline.store"
                        "arenaforge.pipeline.apps")
 # Design notes that live outside the project; nothing in it may cite them.
 OUTSIDE_DOCUMENTS = ("DESIGN.md", "CONVENTIONS.md", "SANDBOX.md")
+# Other ways of pointing outside it: a sibling folder, a report no reader of the project has.
+OUTSIDE_POINTERS = re.compile(r"\.\./shared\b|/work/shared\b|\bissue #?\d+(?:'s)? report\b",
+                              re.IGNORECASE)
 PROJECT_FILES = ("*.py", "*.md", "*.txt", "*.yaml", "*.toml", "*.sh", "*.j2", "*.cfg")
 
 
@@ -156,14 +159,16 @@ def test_no_file_names_a_design_document_the_project_does_not_contain():
     for pattern in PROJECT_FILES:
         for path in ROOT.rglob(pattern):
             rel = path.relative_to(ROOT)
-            if rel.parts[0] in (".git", "artifacts") or "egg-info" in rel.parts[0] \
-                    or path == Path(__file__).resolve():
+            # not the project's: git's store, a virtual environment (.venv), run outputs
+            if rel.parts[0].startswith(".") or rel.parts[0] == "artifacts" \
+                    or "egg-info" in rel.parts[0] or path == Path(__file__).resolve():
                 continue
             text = path.read_text(encoding="utf-8", errors="replace")
             for doc in OUTSIDE_DOCUMENTS:
                 if doc in text and not (ROOT / doc).exists() \
                         and not (ROOT / "docs" / doc).exists():
                     mentions.append(f"{rel}: {doc}")
+            mentions += [f"{rel}: {m.group(0)}" for m in OUTSIDE_POINTERS.finditer(text)]
     assert mentions == []
 
 

@@ -112,9 +112,9 @@ _ALIASES = {"qwen": "chatml", "qwen2": "chatml", "qwen2.5": "chatml", "smollm": 
             "smollm2": "chatml", "llama-3": "llama3", "llama": "llama3", "gemma2": "gemma",
             "gemma3": "gemma", "phi": "phi3", "phi-3": "phi3", "phi3.5": "phi3"}
 
-# The variant that kept the most requests per model family, measured with Magpie's coding system
-# prompt for Python, temperature 1.0, top_p 1.0, max_tokens 96, the stop rules of arenaforge.stages.instructions.mine and
-# the filters of arenaforge.stages.instructions.clean (see the issue 4 report):
+# The variant that kept the most requests per model family: each variant mined (``mine.template``
+# set to it) with Magpie's coding system prompt for Python, temperature 1.0, top_p 1.0,
+# max_tokens 96, then counted after mine's stop rules and clean's filters:
 #   qwen2 (Qwen2.5-Coder-0.5B, 24 samples each): empty_assistant 21 kept (16 ended on their own),
 #     bare 18 (18), open_assistant 14 (13).
 #   smollm2 (SmolLM2-135M, 12 samples each): bare 9 kept (9), open_assistant 8 (8),

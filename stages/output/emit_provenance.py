@@ -36,7 +36,8 @@ from arenaforge.pipeline.statuses import NO_TESTS, PASSED
 from arenaforge.stages.verification.probe_gate import PROGRAM_PASS
 from arenaforge.stages.verification.suites import WRITTEN
 
-# In emitted column order; names are checked from outside (issue #22's contract).
+# In emitted column order; the names are a contract (users select them by name), pinned
+# by tests/stages/output/test_emit.py.
 PROVENANCE_SCHEMA = pa.schema([
     ("repaired", pa.bool_()),
     ("repair_rounds", pa.int64()),

@@ -1,4 +1,4 @@
-"""Bradley-Terry on the tables that broke it (issue 21): lopsided, separated, sparse, tiny.
+"""Bradley-Terry on the tables that once broke it: lopsided, separated, sparse, tiny.
 
 Every case converges or reports: the fit returns finite ratings for every model with battles,
 a bootstrap refit that yields no rating is counted in ``n_failed_bootstrap`` and never raised,
@@ -49,7 +49,7 @@ def assert_reports(out: pd.DataFrame, n_bootstrap: int):
 @pytest.mark.parametrize("n, pass_rates", [
     (4_000, (0.9, 0.7, 0.5)),
     (40_000, (0.9, 0.7, 0.5)),
-    (4_000, (0.9, 0.7, 0.5, 0.02)),  # the reproduction of issue 21 (raised before)
+    (4_000, (0.9, 0.7, 0.5, 0.02)),  # once raised "did not converge"
 ])
 def test_lopsided_arena_converges_with_intervals(n, pass_rates):
     df = pass_fail_battles(n, pass_rates, seed=0)

@@ -199,7 +199,7 @@ def pass_fail_run(tmp_path, n_instructions, pass_rates, seed=0):
 
 
 def test_rate_stage_on_a_lopsided_arena_keeps_its_intervals(tmp_path):
-    # issue 21: 3,600 battles among experts right 90/70/50% of the time made a bootstrap
+    # 3,600 battles among experts right 90/70/50% of the time made a bootstrap
     # refit raise "did not converge" and the run died in rate
     table, ctx = pass_fail_run(tmp_path, 1200, {"strong": 0.9, "mid": 0.7, "weak": 0.5})
     result = run(table, RateConfig(n_bootstrap=200), ctx)

@@ -71,7 +71,7 @@ def test_provenance_columns_copied_verified_derived_and_missing_ones_null():
     assert set(out.column("config_hash").to_pylist()) == {"abc"}
 
 
-CONTRACT_COLUMNS = {  # issue #22: checked from outside, exactly these names and types
+CONTRACT_COLUMNS = {  # the dataset's contract: exactly these names and types
     "repaired": "bool", "repair_rounds": "int64", "replaced_judge_pick": "bool",
     "judge_pick": "string", "selection_rule": "string", "miner": "string",
     "template": "string", "judges": "list<string>", "tests_visible_passed": "int64",
