@@ -40,6 +40,22 @@ def validate(*args: str) -> subprocess.CompletedProcess:
                           timeout=180, check=False, env={"COLUMNS": "400", "PATH": "/usr/bin"})
 
 
+def edited_copy(tmp_path: Path, config: str, registry: str, edit) -> Path:
+    """``configs/<config>`` beside a copy of its registry with ``edit(entry)`` applied to every
+    entry (and of ``model_files``, which the entries name relative to the registry)."""
+    shutil.copytree(CONFIGS / "model_files", tmp_path / "model_files")
+    entries = yaml.safe_load((CONFIGS / registry).read_text())
+    for entry in entries["models"]:
+        edit(entry)
+    (tmp_path / registry).write_text(yaml.safe_dump(entries))
+    shutil.copy(CONFIGS / config, tmp_path / config)
+    return tmp_path / config
+
+
+def no_fold_system(entry: dict) -> None:
+    entry.pop("fold_system", None)
+
+
 @pytest.mark.parametrize("config", ["vllm.yaml", "cluster.yaml"])
 def test_gpu_configs_render_every_shape_with_every_models_template(config):
     done = validate(f"configs/{config}")
@@ -60,16 +76,11 @@ def test_gpu_configs_render_every_shape_with_every_models_template(config):
 def test_a_template_that_refuses_system_without_folding_fails_naming_model_stage_and_error(
         tmp_path):
     # configs/vllm.yaml with CodeGemma's fold_system taken away
-    shutil.copytree(CONFIGS / "model_files", tmp_path / "model_files")
-    registry = yaml.safe_load((CONFIGS / "models-served.yaml").read_text())
-    for entry in registry["models"]:
-        entry.pop("fold_system", None)
-    (tmp_path / "models-served.yaml").write_text(yaml.safe_dump(registry))
-    shutil.copy(CONFIGS / "vllm.yaml", tmp_path / "vllm.yaml")
-    done = validate(str(tmp_path / "vllm.yaml"))
+    config = edited_copy(tmp_path, "vllm.yaml", "models-served.yaml", no_fold_system)
+    done = validate(str(config))
     assert done.returncode == 2
     out = " ".join((done.stdout + done.stderr).split())
-    cfg = load_config(tmp_path / "vllm.yaml")
+    cfg = load_config(config)
     sending = {"difficulty", "judge", "repair"} | (  # each sends a system message
         {"tests"} if "codegemma-7b-vllm" in cfg.tests.authors else set())
     for stage in sending:
@@ -142,13 +153,8 @@ def test_the_starcoder2_template_refuses_a_system_message_and_folds_it():
 
 
 def test_openai_yaml_fails_on_starcoder2_without_fold_system(tmp_path):
-    shutil.copytree(CONFIGS / "model_files", tmp_path / "model_files")
-    registry = yaml.safe_load((CONFIGS / "models-served.yaml").read_text())
-    for entry in registry["models"]:
-        entry.pop("fold_system", None)
-    (tmp_path / "models-served.yaml").write_text(yaml.safe_dump(registry))
-    shutil.copy(CONFIGS / "openai.yaml", tmp_path / "openai.yaml")
-    done = validate(str(tmp_path / "openai.yaml"))
+    done = validate(str(edited_copy(tmp_path, "openai.yaml", "models-served.yaml",
+                                    no_fold_system)))
     assert done.returncode == 2
     out = " ".join((done.stdout + done.stderr).split())
     for stage in ("difficulty", "judge", "repair"):
@@ -158,15 +164,11 @@ def test_openai_yaml_fails_on_starcoder2_without_fold_system(tmp_path):
 
 def test_embedded_models_render_from_their_config_dir_when_their_weights_are_not_installed(
         tmp_path):
-    # configs/default.yaml on a machine without the weight packages
-    shutil.copytree(CONFIGS / "model_files", tmp_path / "model_files")
-    registry = yaml.safe_load((CONFIGS / "models.yaml").read_text())
-    for entry in registry["models"]:
+    def not_installed(entry: dict) -> None:  # as on a machine without the weight packages
         if entry["backend"] == "llamacpp":
             entry["packages"] = [f"arenaforge-absent-{entry['id']}"]
-    (tmp_path / "models.yaml").write_text(yaml.safe_dump(registry))
-    shutil.copy(CONFIGS / "default.yaml", tmp_path / "default.yaml")
-    cfg = load_config(tmp_path / "default.yaml")
+
+    cfg = load_config(edited_copy(tmp_path, "default.yaml", "models.yaml", not_installed))
     models, problems = render_config(cfg)
     assert problems == []
     assert {m.model: m.source.split()[0] for m in models} == {
