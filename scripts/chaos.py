@@ -3,7 +3,13 @@
 One clean run and one faulted run of the whole pipeline, both the real ``arenaforge run`` on
 a local Ray (runner.kind ray, the real sandbox) over N instructions, against five stand-in
 experts on loopback (``scripts/fault_server.py``: the load generator's deterministic
-OpenAI-compatible servers, so the clean dataset is reproducible). The faulted run suffers:
+OpenAI-compatible servers, so the clean dataset is reproducible). The N instructions are mined
+from those servers (``--mine served``, the default: each expert renders the Magpie pre-query
+prompt of its chat template and samples N/5 raw completions, seeded, on ``/completions``; the
+stand-ins answer a request of some task family, a function of the prompt and the seed), so
+``mine`` meets the kills and the faults like every later stage; ``--mine file`` reads them
+from a JSONL instead (``scripts/scale_instructions.py``, no model call). The faulted run
+suffers:
 
 * ``--kills K``: K SIGKILLs of the whole run (its session: driver, Ray, workers, sandboxes),
   each at a random moment of a stage, the stages taken in pipeline order so the kills spread
@@ -25,18 +31,23 @@ run's, row by row by key (``scripts/chaos_compare.py``). ``duplicates`` and ``lo
 0; a row that a fault changed (dropped after its retries) is listed with why, apart. Each
 request is retried ``--retries`` times (the registry's ``max_retries``, 3 by default): with
 0, the faults a retry absorbs change rows instead, which shows that each costs only its own
-rows. The exit code is 1 when a row was lost or doubled or an attempt misbehaved (failed when
-it should have gone on, hung, stopped without saying why).
+rows (``--allow-changes`` then accepts a dataset that differs). The exit code is 1 when a row
+was lost or doubled, an attempt misbehaved (failed when it should have gone on, hung, stopped
+without saying why) or, unless ``--allow-changes``, the dataset is not the clean run's.
 
 Usage::
 
     python scripts/chaos.py --instructions 1000 --kills 50 --server-faults 0.05 --disk-full \\
         --json chaos.json
-    python scripts/chaos.py --instructions 60 --server-faults 0.1 --retries 0 --node-loss
+    python scripts/chaos.py --instructions 60 --server-faults 0.1 --retries 0 --node-loss \\
+        --allow-changes
 
-The JSON object has ``instructions``, ``kills`` (done), ``server_faults`` (the rate),
-``faults_by_kind`` (injected, per kind: the servers' and ``sigkill``, ``disk_full``,
-``server_down``, ``node_loss``), ``resumes``, ``duplicates``, ``lost``, ``changed``,
+The JSON object has ``instructions``, ``mine`` (served or file), ``kills`` (done),
+``server_faults`` (the rate), ``faults_by_kind`` (injected, per kind: the servers' and
+``sigkill``, ``disk_full``, ``server_down``, ``node_loss``), ``requests`` (the faulted run's),
+``faults_by_stage`` (per stage that sent them: its requests and the faults they met, by kind;
+``tokenize``: the logprob protocols' token checks), ``resumes``, ``duplicates``, ``lost``,
+``changed``,
 ``dataset_equal_to_clean``, ``wall_s`` (the whole benchmark, clean run included), the events
 (stage, moment, exit code and message of each), ``problems`` and the per-stage comparison; a
 short table goes to stdout. ``--workdir`` keeps the runs and each attempt's log.
@@ -61,7 +72,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import yaml
 from bench_scale import EXPERTS, write_run_files
 from chaos_compare import compare_runs
-from chaos_events import ChaosRun
+from chaos_events import MODEL_STAGES, ChaosRun
 from fault_server import ChaosExperts, FaultPlan
 from scale_instructions import write_jsonl
 
@@ -71,10 +82,11 @@ TIMEOUT_S, SLOW_S, DOWN_WAIT_S = 5.0, 2.0, 10.0
 
 
 def write_files(workdir: Path, experts: ChaosExperts, n: int, seed: int, retries: int,
-                overrides: list[str]) -> tuple[Path, list[str]]:
+                overrides: list[str], mine: str = "served") -> tuple[Path, list[str], list[str]]:
     """The instructions, registry and run config (``bench_scale``'s, with the client's
-    timeouts of a chaos run and ``retries`` per request); returns the config and the
-    configured stages."""
+    timeouts of a chaos run and ``retries`` per request; with ``mine`` "served" the experts
+    mine ``n`` instructions between them instead of reading the file); returns the config,
+    the configured stages and those of them that call the servers."""
     source = write_jsonl(workdir / "instructions.jsonl", n, seed=seed)
     config = write_run_files(workdir, experts.ports, source, "chaos", shard_size=64)
     registry = workdir / "models.yaml"
@@ -83,9 +95,16 @@ def write_files(workdir: Path, experts: ChaosExperts, n: int, seed: int, retries
         entry["options"].update(timeout_s=TIMEOUT_S, down_wait_s=DOWN_WAIT_S, backoff_s=0.2,
                                 max_retries=retries)
     registry.write_text(yaml.safe_dump(models, sort_keys=False))
+    if mine == "served":
+        run = yaml.safe_load(config.read_text())
+        run["mine"] = {"languages": ["Python"],
+                       "samples_per_language": -(-n // len(run["experts"]))}
+        config.write_text(yaml.safe_dump(run, sort_keys=False))
     from arenaforge.pipeline.config import load_config
 
-    return config, list(load_config(config, overrides).stages)
+    cfg = load_config(config, overrides)
+    served = [s for s in MODEL_STAGES if s != "mine" or cfg.mine.source is None]
+    return config, list(cfg.stages), [s for s in cfg.stages if s in served]
 
 
 def run_clean(run: ChaosRun) -> dict[str, float]:
@@ -110,6 +129,9 @@ def print_table(report: dict[str, Any]) -> None:
           f"server faults {report['server_faults']:.0%}, {report['resumes']} resumes, "
           f"wall {report['wall_s']:.0f} s (clean run {report['clean_wall_s']:.0f} s)")
     print("faults: " + ", ".join(f"{k} {v}" for k, v in report["faults_by_kind"].items()))
+    print("server faults by stage: " + ", ".join(
+        f"{stage} {sum(v for k, v in c.items() if k != 'requests')}/{c['requests']}"
+        for stage, c in report["faults_by_stage"].items()))
     print(f"{'stage':<14}{'rows clean':>11}{'faulted':>9}{'lost':>6}{'dup':>5}{'changed':>9}"
           f"{'extra':>7}{'kills':>7}")
     kills = report["kills_by_stage"]
@@ -127,6 +149,9 @@ def print_table(report: dict[str, Any]) -> None:
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--instructions", type=int, required=True)
+    parser.add_argument("--mine", choices=("served", "file"), default="served",
+                        help="served: the experts mine the instructions from their (faulty) "
+                             "servers; file: read them from a JSONL, no model call")
     parser.add_argument("--kills", type=int, default=0, help="SIGKILLs of the whole run")
     parser.add_argument("--server-faults", type=float, default=0.0, metavar="RATE",
                         help="share of requests answered with a fault (0 to 1)")
@@ -137,6 +162,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--retries", type=int, default=3,
                         help="max_retries of each request (0: every fault that a retry would "
                              "absorb changes a row instead)")
+    parser.add_argument("--allow-changes", action="store_true",
+                        help="a dataset that differs from the clean run's (rows a fault changed "
+                             "after their retries, the point of --retries 0) is not a failure")
     parser.add_argument("--json", type=Path, help="write the results here")
     parser.add_argument("--seed", type=int, default=0, help="instructions, kills and faults")
     parser.add_argument("--workdir", type=Path, help="keep the runs here (default: temporary)")
@@ -167,18 +195,19 @@ def main(argv: list[str] | None = None) -> int:
         with tempfile.TemporaryDirectory(prefix="chaos-") as tmp:
             work = args.workdir or Path(tmp)
             work.mkdir(parents=True, exist_ok=True)
-            config, stages = write_files(work, experts, args.instructions, args.seed,
-                                         args.retries, args.set)
+            config, stages, calls = write_files(work, experts, args.instructions, args.seed,
+                                                args.retries, args.set, args.mine)
             clean = ChaosRun(config, work / "clean", work / "logs" / "clean", env, args.set,
                              args.timeout_s)
             runs.append(clean)
             clean_start = time.perf_counter()
             walls = run_clean(clean)
             clean_wall = time.perf_counter() - clean_start
-            plan.rate = args.server_faults
+            plan.restart(args.server_faults)
             faulted = ChaosRun(config, work / "faulted", work / "logs" / "faulted", env,
                                args.set, args.timeout_s, experts=experts,
-                               rng=random.Random(args.seed), walls=walls, stages=stages)
+                               rng=random.Random(args.seed), walls=walls, stages=stages,
+                               model_stages=calls)
             runs.append(faulted)
             faulted.run(args.kills, server_down=args.server_faults > 0,
                         disk_full=args.disk_full, node_loss=args.node_loss,
@@ -193,12 +222,14 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(ray_tmp, ignore_errors=True)
     report = {
         "instructions": args.instructions,
+        "mine": args.mine,
         "kills": faulted.kills_done,
         "kills_requested": args.kills,
         "server_faults": args.server_faults,
         "retries": args.retries,
         "faults_by_kind": {**plan.counts(), **faulted.event_counts()},
         "requests": plan.requests,
+        "faults_by_stage": plan.by_stage(),
         "resumes": faulted.resumes,
         "duplicates": comparison["duplicates"],
         "lost": comparison["lost"],
@@ -216,8 +247,18 @@ def main(argv: list[str] | None = None) -> int:
     print_table(report)
     if args.json:
         args.json.write_text(json.dumps(report, indent=2, default=str) + "\n")
-    healthy = (report["duplicates"] == 0 and report["lost"] == 0 and not report["problems"])
-    return 0 if healthy else 1
+    return 0 if healthy(report, args.allow_changes) else 1
+
+
+def healthy(report: dict[str, Any], allow_changes: bool = False) -> bool:
+    """No row lost or doubled, no attempt that misbehaved, and (unless ``allow_changes``) the
+    dataset equal to the clean run's.
+
+    >>> healthy({"duplicates": 0, "lost": 0, "problems": [], "dataset_equal_to_clean": False})
+    False
+    """
+    return (report["duplicates"] == 0 and report["lost"] == 0 and not report["problems"]
+            and (allow_changes or report["dataset_equal_to_clean"] is True))
 
 
 if __name__ == "__main__":

@@ -17,6 +17,11 @@ stage makes several rows per instruction, ``model``, ``judge``, ``order``, ``aut
   instructions any change touched;
 * ``extra``: keys only the faulted run has (rows that follow from a changed one).
 
+A row whose text a fault changed (a mined request emptied after its retries) has another
+``instruction_id``; where a stage has ``task_id`` (``mine``, ``clean``, ``decontaminate``: the
+planned sample or the file row) a clean key and a faulted key that differ in
+``instruction_id`` alone are that one row, changed, and both instructions count as touched.
+
 Fields that measure time (:data:`VOLATILE_COLUMNS`, at any depth: ``tests`` records each
 candidate run's ``duration_s``) are left out of the comparison. The
 dataset (every Parquet file under ``dataset/``) is compared whole.
@@ -112,8 +117,17 @@ def compare_tables(clean: dict[tuple, list[dict]], faulted: dict[tuple, list[dic
         if len(examples) < EXAMPLES:
             examples.append({"key": dict(key), **({"why": why} if why else {})})
 
+    renamed = _renamed([k for k in clean if k not in faulted],
+                       [k for k in faulted if k not in clean])
+    for old, new in renamed.items():
+        out["changed"] += 1
+        why = _why(clean[old], faulted[new])
+        note("changed", old, why)
+        for key in (old, new):
+            touched.setdefault(dict(key).get("instruction_id"), f"{stage}: {why}"[:300])
+    paired = set(renamed) | set(renamed.values())
     missing = []
-    for key in clean.keys() | faulted.keys():
+    for key in (clean.keys() | faulted.keys()) - paired:
         c, f = clean.get(key, []), faulted.get(key, [])
         iid = dict(key).get("instruction_id")
         if len(f) > max(len(c), 1):
@@ -139,6 +153,24 @@ def compare_tables(clean: dict[tuple, list[dict]], faulted: dict[tuple, list[dic
             out["lost"] += len(clean[key])
             note("lost", key)
     return out
+
+
+def _renamed(only_clean: list[tuple], only_faulted: list[tuple]) -> dict[tuple, tuple]:
+    """``{clean key: faulted key}`` of keys with a ``task_id`` that differ in
+    ``instruction_id`` alone (one row whose text changed).
+
+    >>> _renamed([(("instruction_id", "a"), ("task_id", "t1"))],
+    ...          [(("instruction_id", "b"), ("task_id", "t1")), (("instruction_id", "c"),)])
+    {(('instruction_id', 'a'), ('task_id', 't1')): (('instruction_id', 'b'), ('task_id', 't1'))}
+    """
+    def rest(key: tuple) -> tuple | None:
+        named = dict(key)
+        if "task_id" not in named:
+            return None
+        return tuple(item for item in key if item[0] != "instruction_id")
+
+    faulted = {r: key for key in only_faulted if (r := rest(key)) is not None}
+    return {key: faulted[r] for key in only_clean if (r := rest(key)) in faulted}
 
 
 def read_stage(run_dir: Path, stage: str) -> dict[tuple, list[dict]] | None:

@@ -20,7 +20,8 @@ from typing import Any
 
 from chaos_procs import Attempt, LocalCluster, SmallDisk
 
-MODEL_STAGES = ("difficulty", "answer", "judge", "tests", "repair")
+# the stages that call the experts' servers (mine only when it mines, not reading a file)
+MODEL_STAGES = ("mine", "difficulty", "answer", "judge", "tests", "repair")
 STOP_WAIT_S = 600.0  # a run on a full disk or without its server must stop within this
 
 
@@ -38,16 +39,21 @@ class ChaosRun:
         rng: draws the events' stages and moments.
         walls: the clean run's wall seconds per stage (how long a stage lasts).
         stages: the configured stages, in order.
+        model_stages: those of them that call the experts' servers (where a server can go
+            down); default: the configured :data:`MODEL_STAGES`.
     """
 
     def __init__(self, config: Path, artifacts: Path, logs: Path, env: dict[str, str],
                  overrides: list[str], timeout_s: float, experts: Any = None,
                  rng: random.Random | None = None, walls: dict[str, float] | None = None,
-                 stages: list[str] | None = None) -> None:
+                 stages: list[str] | None = None,
+                 model_stages: list[str] | None = None) -> None:
         self.config, self.artifacts, self.logs, self.env = config, artifacts, logs, env
         self.overrides, self.timeout_s, self.experts = overrides, timeout_s, experts
         self.rng = rng or random.Random(0)
         self.walls, self.stages = walls or {}, stages or []
+        self.model_stages = (list(model_stages) if model_stages is not None
+                             else [s for s in MODEL_STAGES if s in self.stages])
         self.run_dir = artifacts / "chaos"
         self.attempts = 0
         self.events: list[dict[str, Any]] = []
@@ -91,7 +97,7 @@ class ChaosRun:
         other events at a stage drawn for each (a model stage where it needs one)."""
         n = len(self.stages)
         events = [(self.stages[i * n // kills], "sigkill") for i in range(kills)]
-        model = [s for s in MODEL_STAGES if s in self.stages]
+        model = self.model_stages
         if disk_full:
             events.append((self.rng.choice(self.stages[1:-1] or self.stages), "disk_full"))
         if server_down and model:

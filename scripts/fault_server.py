@@ -13,13 +13,17 @@ runs against them make the same dataset), served from threads of the calling pro
   refused, open ones reset) and comes back on the same port: a fault that does not go away.
 
 The tokenize route gets every fault but the empty completion (a tokenizer has no empty
-answer to give). Bounded: loopback only, and nothing outlives the calling process.
+answer to give). Each request is put down to the stage that sends it (:func:`stage_of`: mine's
+raw completions of a pre-query prompt, the answers, tests, repairs, and the difficulty and judge
+prompts), so the faults can be counted per stage. Bounded: loopback only, and nothing outlives
+the calling process.
 
 Example::
 
     experts = ChaosExperts({"expert-1": 0.8}, FaultPlan(rate=0.05, seed=0))
     experts.ports   # {"expert-1": 41234}
     experts.plan.counts()  # {"http_500": 3, ...} injected so far
+    experts.plan.by_stage()  # {"mine": {"requests": 412, "http_500": 2, ...}, ...}
 """
 
 from __future__ import annotations
@@ -43,6 +47,32 @@ from load_server import Meter, _Server, make_handler
 FAULT_KINDS = ("http_500", "http_503", "timeout", "reset", "truncated_json", "invalid_json",
                "empty", "slow")
 PROXY_PAGE = b"<html><head><title>502 Bad Gateway</title></head><body>nginx</body></html>"
+# the stage that sends each kind of request (``load_replies.Prompts``' chat and logprob kinds)
+STAGE_OF_KIND = {"answer": "answer", "testgen": "tests", "repair": "repair", "judge": "judge",
+                 "difficulty": "difficulty", "task": "difficulty", "pointwise": "judge",
+                 "pairwise": "judge"}
+
+
+def stage_of(prompts: Prompts, route: str, body: dict[str, Any]) -> str:
+    """The stage that sent a request: a raw completion without log probabilities is mining (a
+    Magpie pre-query prompt), the others are told apart by their prompts; ``tokenize`` is the
+    logprob protocols' check of their candidate tokens (difficulty's and judge's).
+
+    >>> stage_of(Prompts(), "/v1/completions", {"prompt": "<|im_start|>user\\n", "seed": 7})
+    'mine'
+    >>> stage_of(Prompts(), "/v1/chat/completions", {"messages": [{"role": "user",
+    ...                                                            "content": "Sort a list."}]})
+    'answer'
+    """
+    if route == "/tokenize":
+        return "tokenize"
+    if "messages" in body:
+        return STAGE_OF_KIND[prompts.chat_kind(body["messages"])]
+    if not body.get("logprobs"):
+        return "mine"
+    prompt = body.get("prompt") or ""
+    first = (prompt[0] if prompt else "") if isinstance(prompt, list) else prompt
+    return STAGE_OF_KIND.get(prompts.logprob_kind(first) or "", "other")
 
 
 class FaultPlan:
@@ -65,24 +95,42 @@ class FaultPlan:
         self._rng = random.Random(seed)
         self._lock = threading.Lock()
         self._counts = dict.fromkeys(FAULT_KINDS, 0)
+        self._stages: dict[str, dict[str, int]] = {}
         self.requests = 0
 
-    def draw(self, route: str) -> str | None:
-        """The fault for the next request to ``route`` (None: answer it well)."""
+    def draw(self, route: str, stage: str = "") -> str | None:
+        """The fault for the next request to ``route``, sent by ``stage`` (None: answer it
+        well)."""
         kinds = self.kinds if route != "/tokenize" else tuple(k for k in self.kinds
                                                                if k != "empty")
         with self._lock:
             self.requests += 1
+            counts = self._stages.setdefault(stage, {"requests": 0})
+            counts["requests"] += 1
             if not kinds or self._rng.random() >= self.rate:
                 return None
             kind = self._rng.choice(kinds)
             self._counts[kind] += 1
+            counts[kind] = counts.get(kind, 0) + 1
             return kind
 
     def counts(self) -> dict[str, int]:
         """Faults injected so far, by kind."""
         with self._lock:
             return dict(self._counts)
+
+    def by_stage(self) -> dict[str, dict[str, int]]:
+        """Per stage that sent them (:func:`stage_of`): its requests and the faults they met,
+        by kind."""
+        with self._lock:
+            return {stage: dict(counts) for stage, counts in self._stages.items()}
+
+    def restart(self, rate: float) -> None:
+        """Inject at ``rate`` from now on, the counts started afresh (a clean run's requests
+        are not the faulted run's)."""
+        with self._lock:
+            self.rate, self.requests, self._stages = rate, 0, {}
+            self._counts = dict.fromkeys(FAULT_KINDS, 0)
 
 
 def emptied(payload: dict[str, Any]) -> dict[str, Any]:
@@ -119,13 +167,12 @@ def make_faulty_handler(expert: Expert, plan: FaultPlan, down: _Down, ms_token: 
         fault: str | None = None
 
         def do_POST(self) -> None:
+            body = self.read_json()
             if down.flag:
-                self._read_body()
                 self._reset(b"")
                 return
-            self.fault = plan.draw(self.path)
+            self.fault = plan.draw(self.path, stage_of(expert.prompts, self.path, body))
             if self.fault in ("http_500", "http_503", "timeout", "invalid_json"):
-                self._read_body()
                 if self.fault == "timeout":  # the client gives up first; then the line drops
                     time.sleep(plan.hold_s)
                     self.close_connection = True
@@ -138,7 +185,7 @@ def make_faulty_handler(expert: Expert, plan: FaultPlan, down: _Down, ms_token: 
                 return
             if self.fault == "slow":
                 time.sleep(plan.slow_s)
-            super().do_POST()
+            self.post(body)
 
         def _send(self, status: int, payload: dict) -> None:
             if status != 200 or self.fault not in ("reset", "truncated_json", "empty"):
@@ -151,9 +198,6 @@ def make_faulty_handler(expert: Expert, plan: FaultPlan, down: _Down, ms_token: 
                     self._raw(200, data[: len(data) // 2], "application/json")
                 else:
                     self._reset(data)
-
-        def _read_body(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length") or 0))
 
         def _raw(self, status: int, data: bytes, content_type: str) -> None:
             self.send_response(status)

@@ -168,7 +168,14 @@ def make_handler(expert: Expert, meter: Meter, ms_token: float, ms_prompt: float
                 self._send(404, {"error": {"message": f"no route {self.path}"}})
 
         def do_POST(self) -> None:
-            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+            self.post(self.read_json())
+
+        def read_json(self) -> dict:
+            """The request's JSON body."""
+            return json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)))
+
+        def post(self, body: dict) -> None:
+            """Answer a POST whose body is read already."""
             if self.path == "/tokenize":
                 text = body.get("prompt", body.get("content", ""))
                 ids = [int(hashlib.md5(t.encode()).hexdigest()[:6], 16) for t in tokens(text)]
