@@ -18,8 +18,10 @@ Per request, whatever the route:
   :class:`BackendError` names the URLs, since every other request would fail the same way;
 * **failed** at once: any other 4xx (the request itself is refused, asking again would not help).
 
-Requests are idempotent (greedy or seeded), so a request sent again after a lost answer gives
-the same answer, and no row is lost or doubled.
+A request sent again after a lost answer is the same request (greedy or seeded) and makes its
+own row once, so no row is lost or doubled. Its text may differ from the lost answer's: a
+batching server's output for a seeded request depends on what it is batched with
+(docs/RELIABILITY.md, "What a resume guarantees").
 """
 
 from __future__ import annotations

@@ -3,8 +3,11 @@
 The mine stage runs through a real llama-cpp-python server (``tests/backends/served.py``); a
 thread SIGKILLs the server while requests are in flight and starts it again on the same port.
 The client benches the dead server and retries its requests until it is back
-(``down_wait_s``); requests are seeded, so a request whose answer died with the server is sent
-again and gives the same row.
+(``down_wait_s``): a request whose answer died with the server is sent again, the same request
+(its seed included), and makes its row, once. What it does not promise is the same text: a
+batching server's output for a seeded request depends on what the request is batched with
+(llama.cpp's and vLLM's do), so a re-sent request can come back other than an uninterrupted run
+would have had it (docs/RELIABILITY.md, "What a resume guarantees").
 """
 
 import threading
@@ -68,8 +71,12 @@ def test_mining_survives_a_server_killed_and_restarted(tmp_path):
         server.stop()
     assert killed, "the server was never killed"
     assert sorted(r["sample_index"] for r in rows) == list(range(SAMPLES))  # each row once
-    assert all(r["finish_reason"] in ("stop", "length") and r["raw"] for r in rows)
+    # whole answers, none failed (an empty one is the model's, after the client's retries)
+    assert all(r["finish_reason"] in ("stop", "length") for r in rows)
     assert sent > SAMPLES == sent_ref  # the requests lost with the server were sent again
-    # Seeded requests: the rows are the ones an uninterrupted run mines.
-    by_index = {r["sample_index"]: r["raw"] for r in reference}
-    assert {r["sample_index"]: r["raw"] for r in rows} == by_index
+    # Each row is the answer to the request an uninterrupted run sends for it (the same seed);
+    # its text is not compared: a batching server may answer a re-sent request otherwise.
+    asked = {r["sample_index"]: r["sample_params"] for r in reference}
+    assert {r["sample_index"]: r["sample_params"] for r in rows} == asked
+    assert [r["task_id"] for r in sorted(rows, key=lambda r: r["sample_index"])] == \
+        [r["task_id"] for r in sorted(reference, key=lambda r: r["sample_index"])]
