@@ -26,18 +26,24 @@ def test_served_models_are_asked_at_once_and_counted_once():
     ctx = Ctx({"a": "openai", "b": "openai", "c": "openai"})
     together = threading.Barrier(3, timeout=5)  # breaks unless all three calls overlap
 
+    calls = []  # each call's own seconds
+
     def call(model):
+        begin = time.perf_counter()
         together.wait()
         time.sleep(0.2)
         ctx.model_seconds += 0.2  # what each timed backend adds for its own call
+        calls.append(time.perf_counter() - begin)
         return model.upper()
 
     start = time.perf_counter()
     out = per_model(ctx, ["c", "a", "b"], call)
     span = time.perf_counter() - start
     assert out == {"c": "C", "a": "A", "b": "B"} and list(out) == ["c", "a", "b"]
-    # the shard waited for the span of the overlapping calls, not their sum (0.6 s)
-    assert ctx.model_seconds == pytest.approx(span, abs=0.05) and ctx.model_seconds < 0.5
+    # The shard waited for the span of the overlapping calls, not their sum: measured here,
+    # not taken as 0.2 s, since a busy machine stretches the calls and the threads' start.
+    assert max(calls) <= ctx.model_seconds <= span
+    assert ctx.model_seconds < sum(calls)  # each call 0.2 s or more, together at least 0.6 s
 
 
 @pytest.mark.parametrize("backends", [{"a": "llamacpp", "b": "openai"},

@@ -68,13 +68,16 @@ def test_each_test_gets_its_own_verdict_as_a_single_job_would(pool):
 
 def test_a_failing_solution_fails_every_test_once(pool):
     tests = ("assert add(1, 2) == 3", "assert add(2, 2) == 4", "assert True")
+    many = tests + tuple(f"assert add({k}, 0) == {k}" for k in range(7))
     raising, looping = "raise ValueError('no')\n", "while True:\n    pass\n"
     start = time.monotonic()
-    bad, slow, broken = pool.run_suites([SuiteJob(raising, tests, 1.0), SuiteJob(looping, tests, 1.0),
+    bad, slow, broken = pool.run_suites([SuiteJob(raising, tests, 1.0), SuiteJob(looping, many, 1.0),
                                          SuiteJob("def add(a, b)\n", tests, 1.0)])
     assert [r.error_name for r in bad] == ["ValueError"] * 3
-    assert [r.status for r in slow] == [TIMEOUT] * 3
-    assert time.monotonic() - start < 3.5  # one timeout for the looping solution, not three
+    assert [r.status for r in slow] == [TIMEOUT] * 10
+    # one timeout for the looping solution (1 s), not one per test (10 s); the rest is slack
+    # for a busy machine's sandbox starts
+    assert time.monotonic() - start < 6
     assert [r.error_type for r in broken] == ["syntax"] * 3
 
 

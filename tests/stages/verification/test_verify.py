@@ -45,10 +45,13 @@ def test_execute_statuses(pool, code, status, error_class, passed):
 
 def test_fail_fast_costs_one_timeout(pool):
     loop = "def add(a, b):\n    while True:\n        pass\n"
-    [v] = execute(pool, [(loop, ADD_TESTS)], timeout_s=0.5)
-    assert v.per_test == (TIMEOUT, SKIPPED, SKIPPED) and v.duration_s < 1.2
-    [v] = execute(pool, [(loop, ADD_TESTS)], timeout_s=0.5, fail_fast=False)
-    assert v.per_test == (TIMEOUT,) * 3
+    [fast] = execute(pool, [(loop, ADD_TESTS)], timeout_s=0.5)
+    assert fast.per_test == (TIMEOUT, SKIPPED, SKIPPED)
+    [full] = execute(pool, [(loop, ADD_TESTS)], timeout_s=0.5, fail_fast=False)
+    assert full.per_test == (TIMEOUT,) * 3
+    # the skipped tests cost nothing: compared with three timeouts measured on the same
+    # machine, not with a fixed 1.2 s that a busy machine overruns
+    assert fast.duration_s < full.duration_s
 
 
 def test_no_tests_and_cheating_answers(pool):
