@@ -199,7 +199,7 @@ def test_a_connection_reset_mid_reply_is_sent_again(server):
 
 
 def test_concurrency_limit(server):
-    server.delay = 0.1
+    server.delay = 0.2  # each answer long enough for the three slots to overlap on a busy machine
     client(server, max_concurrency=3).complete([str(i) for i in range(9)], SamplingParams())
     assert server.max_in_flight == 3
 
@@ -338,7 +338,7 @@ def test_a_dead_replica_hands_its_requests_to_the_live_one(server):
 
 
 def test_calls_from_many_threads_share_one_limit(server):
-    server.delay = 0.05
+    server.delay = 0.2  # each answer long enough for the three slots to overlap on a busy machine
     backend = client(server, max_concurrency=3)
     with ThreadPoolExecutor(4) as pool:
         list(pool.map(lambda k: backend.complete([f"{k}-{i}" for i in range(3)],
