@@ -33,11 +33,18 @@ Rules, in order (``weigh``):
    one program confirm nothing for each other, neither by writing the same test
    (``authors_agree``) nor by passing each other's (``written+passer``); they share one
    reading of the task, right or wrong.
-3. **Answers overrule only a weak test.** A test no stronger than one author's (strength 2 or
-   less) is dropped (``contradicts_majority``) when the answers that pass every other trusted
-   test and the example return, as an independent majority, another value on its call: the
-   test is the odd one out (an author's slip). Tests two authors agree on, and the example,
-   are never overruled by answers.
+3. **Answers overrule only an author's slip, never an author's reading.** Agreement of the
+   answers is evidence about the answers' readings, not about what an author wrote down. A
+   test no stronger than one author's (strength 2 or less) that the answers passing every
+   other trusted test and the example contradict, as an independent majority, on its call is
+   dropped (``contradicts_majority``) only when its author's own answer is one of that
+   majority: the author's program disagrees with the author's test, a slip in writing it down.
+   When the author stands by its value (its own answer returns it, or fails another way, or
+   the author wrote no answer), the test is one reading against the majority's, and a
+   majority of wrong programs would otherwise drop the only right author's tests; nothing but
+   stronger evidence settles that, so the instruction is ``answers_disagree``, unless a
+   stronger trusted test on the same call (the example, two authors) decides it (rule 4).
+   Tests two authors agree on, and the example, are never overruled by answers.
 4. **Direct contradictions.** When trusted written tests expect different values for the same
    call, the strictly strongest value stays and the others are dropped
    (``contradicts_stronger``); when no value is strictly strongest the instruction is
@@ -220,8 +227,9 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
     program = {c.model: c.program for c in candidates}
     for t in live:
         _trust(written[t], _evidence(written[t], others, models, program))
-    _overruled_by_answers(written, candidates)
-    verdict = _direct_conflicts(written, candidates)
+    verdict = _overruled_by_answers(written, candidates)
+    if verdict.status == DECIDED:
+        verdict = _direct_conflicts(written, candidates)
     if verdict.status == DECIDED:
         verdict = _examine(written, candidates, example)
     voters = [c for c in candidates if _consistent(c, written, example)]
@@ -331,11 +339,13 @@ def _best_group(pairs: Sequence[tuple[Candidate, Outcome]]
     return best, distinct >= 2 and 2 * distinct > programs
 
 
-def _overruled_by_answers(written: Sequence[dict], candidates: Sequence[Candidate]) -> None:
-    """Rule 3: a test no stronger than one author's (strength <= 2) is dropped
-    (``contradicts_majority``) when the answers that pass every other trusted test, and are at
-    least two different programs and more than half of such programs, return one other value
-    on its call: the test is the odd one out (an author's slip), not the answers."""
+def _overruled_by_answers(written: Sequence[dict], candidates: Sequence[Candidate]) -> Verdict:
+    """Rule 3: a test no stronger than one author's (strength <= 2) that an independent
+    majority of the answers passing every other trusted test contradicts on its call: dropped
+    (``contradicts_majority``) when the author's own answer is of that majority (a slip), else
+    the instruction is ``answers_disagree`` (the author's reading against the majority's),
+    unless a stronger trusted test on the call is there to decide it (rule 4)."""
+    by_model = {c.model: c for c in candidates}
     for t, row in enumerate(written):
         if not row["survived"] or row["strength"] > STRENGTH[WRITTEN_PASSER] or not row["call"]:
             continue
@@ -346,10 +356,22 @@ def _overruled_by_answers(written: Sequence[dict], candidates: Sequence[Candidat
                    and all(c.written[u] for u in others)]
         best, majority = _best_group(members)
         agreed = best[0][1] if majority else None
-        if (agreed is not None and agreed.kind == "value" and agreed.exact
-                and not reprs_agree(row["expected"], agreed.detail)):
-            row["contradicted"] = sorted(c.model for c, o in members if o.same(agreed))
+        if (agreed is None or agreed.kind != "value" or not agreed.exact
+                or reprs_agree(row["expected"], agreed.detail)):
+            continue
+        against = sorted(c.model for c, o in members if o.same(agreed))
+        own = by_model.get(row["author"])
+        mine = own.calls[t] if own is not None and t < len(own.calls) else None
+        if mine is not None and mine.same(agreed):
+            row["contradicted"] = against
             _drop(row, CONTRADICTS_MAJORITY)
+            continue
+        if any(r["survived"] and r["call"] == row["call"] and r["strength"] > row["strength"]
+               for r in written):
+            continue  # a stronger test on the call decides between the two values (rule 4)
+        return Verdict(DISPUTED, f"{row['call']}: {row['expected']} ({row['author']}'s test) "
+                                 f"vs {agreed.detail} ({', '.join(against)})")
+    return Verdict(DECIDED)
 
 
 def _disputes(augmented: Sequence[dict], voters: Sequence[Candidate]) -> Verdict:

@@ -57,7 +57,9 @@ _EVENS = {"signature": "def evens(xs: List[int]) -> List[int]",
           "cases": [{"args": [[1, 2, 3, 4]], "expected": [2, 4]}, {"args": [[]], "expected": []},
                     {"args": [[-2, 5]], "expected": [-2]}],
           "inputs": [[[6, 7, 8]], [[-4, -3]]]}
-_EVENS_SLIP = dict(_EVENS, cases=[{"args": [[0, 1]], "expected": [1]}])
+# m3's slip: its own (wrong) answer returns [2] here too, as the right ones do: a slip in
+# writing the test down, which the answers may overrule (rule 3)
+_EVENS_SLIP = dict(_EVENS, cases=[{"args": [[2, 3]], "expected": [3]}])
 _SUM = {"cases": [{"stdin": "3\n1 2 3\n", "stdout": "6\n"}, {"stdin": "0\n", "stdout": "0\n"},
                   {"stdin": "2\n-5 5\n", "stdout": "0"}],
         "inputs": ["4\n1 -1 2 -2\n", "1\n-9\n"]}

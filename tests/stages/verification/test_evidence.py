@@ -177,6 +177,39 @@ def test_independent_answers_overrule_one_authors_slip():
     assert all(r["survived"] for r in rows[1:]) and rows[1]["consensus"] == ["a", "b"]
 
 
+def test_a_majority_of_programs_never_drops_the_only_disagreeing_authors_tests():
+    # the failure of the served world: the one right expert (a) is the only test author and
+    # its answer passes its tests; two different wrong programs agree with each other, and
+    # with it wherever the two readings meet (f(2))
+    rows = [written("a", "f(5)", "15"), written("a", "f(2)", "6")]
+    answers = [with_calls("a", [True, True], ["15", "6"]),
+               with_calls("b", [False, True], ["16", "6"]),
+               with_calls("c", [False, True], ["16", "6"])]
+    verdict = weigh(rows, [], answers, None)
+    assert verdict.status == ANSWERS_DISAGREE and "(a's test) vs 16 (b, c)" in verdict.detail
+    assert all(r["reason"] != CONTRADICTS_MAJORITY for r in rows)
+
+
+def test_an_independent_authors_test_is_not_outvoted_by_the_answers():
+    # a tester that answers nothing: its value against the answers' is a reading, not a slip
+    rows = [written("t", "f(5)", "15"), written("t", "f(2)", "6")]
+    answers = [with_calls("b", [False, True], ["16", "6"]),
+               with_calls("c", [False, True], ["16", "6"])]
+    assert weigh(rows, [], answers, None).status == ANSWERS_DISAGREE
+    assert rows[0]["reason"] is None
+
+
+def test_an_author_whose_own_answer_errs_otherwise_still_disagrees():
+    # a's program returns neither its test's value nor the majority's: nothing says the
+    # majority read the task right, so the test is not dropped
+    rows = [written("a", "f(5)", "15"), written("b", "f(2)", "6")]
+    answers = [with_calls("a", [False, True], ["14", "6"]),
+               with_calls("b", [False, True], ["16", "6"]),
+               with_calls("c", [False, True], ["16", "6"])]
+    assert weigh(rows, [], answers, None).status == ANSWERS_DISAGREE
+    assert rows[0]["reason"] is None
+
+
 def test_one_program_twice_never_overrules_a_test():
     # two experts emit the same wrong program: one vote, the test stands against it
     rows = [written("a", "count_primes(10)", "4")]

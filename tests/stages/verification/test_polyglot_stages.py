@@ -47,9 +47,9 @@ def test_the_authors_cases_are_data_and_the_evidence_decides_them(world):
             case = json.loads(row["test_code"])
             assert set(case) in ({"args", "expected"}, {"stdin", "stdout"}), row
         assert {r["suite_status"] for r in _rows(world, iid)} == {"decided"}
-    # m3's slip (evens([0, 1]) == [1]) is overruled by the independent right answers (rule 3)
+    # m3's slip (evens([2, 3]) == [3]; its own answer returns [2]) is overruled (rule 3)
     slip = _rows(world, "j1", author="m3", kind="written")
-    assert [(r["call"], r["reason"]) for r in slip] == [("evens([0, 1])", "contradicts_majority")]
+    assert [(r["call"], r["reason"]) for r in slip] == [("evens([2, 3])", "contradicts_majority")]
     assert slip[0]["contradicted"] == ["m1", "m2"]
     # generated inputs become hidden tests by an independent majority of the answers
     agreed = {r["call"]: r["expected"] for r in _rows(world, "j1", kind="augmented")
