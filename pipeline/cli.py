@@ -338,6 +338,37 @@ def judge_bench(
         _fail(str(exc))
 
 
+@app.command("verify-bench")
+def verify_bench(
+        config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAULT_CONFIG,
+        problems: Annotated[int | None, typer.Option(
+            help="N problems (per language): a fixed seeded sample; default all.")] = None,
+        out: Annotated[Path, typer.Option(help="Output directory (resumable).")] = Path(
+            "artifacts/verify_bench"),
+        language: Annotated[list[str] | None, typer.Option(
+            "--language", help="HumanEval in this language (repeatable; `all` for the eight): "
+            "python is HumanEval itself, the others its translation.")] = None,
+        problems_file: Annotated[Path | None, typer.Option(
+            help="Your problems instead of HumanEval: JSONL with prompt, tests (hidden), "
+            "entry_point, language, optional task_id, task_kind, instruction, signature.")
+        ] = None,
+        set_: SetOpt = None,
+        seed: Annotated[int, typer.Option(help="Seed of the problem sample.")] = 0,
+        fresh: Annotated[bool, typer.Option(help="Discard an existing run directory.")] = False,
+        quiet: Annotated[bool, typer.Option(help="No progress display.")] = False) -> None:
+    """Verification card: the config's own roles on problems with hidden tests the run never
+    sees (decontamination and compression bypassed); every answer, judges' winner and emitted
+    row run on them: verified_precision, yield_of_solvable, judge_winner_precision,
+    lost_by_admission, per language (OUT/card.md, OUT/card.json)."""
+    from arenaforge.pipeline.apps.verify_bench.bench import BenchError, bench_main
+
+    try:
+        bench_main(config, problems, out, language, problems_file, list(set_ or []), seed,
+                   fresh, quiet)
+    except BenchError as exc:
+        _fail(str(exc), exc.code)
+
+
 def main() -> None:
     from arenaforge.pipeline.config import ConfigError
 

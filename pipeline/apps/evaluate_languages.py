@@ -138,18 +138,20 @@ def _grade_language(pool: Any, language: str, items: list[Translation], programs
             continue
         where.append(i)
     for i, result in zip(where, pool.run_programs(jobs) if jobs else []):
-        out[i] = _status(items[i // n_samples], result)
+        out[i] = case_status(items[i // n_samples].cases, result)
     return out
 
 
-def _status(tr: Translation, result: Any) -> tuple[bool, str]:
+def case_status(cases: Sequence[Any], result: Any) -> tuple[bool, str]:
+    """``(passed, status)`` of a program's sandbox result on its cases (calls or runs):
+    ``sandbox_fault``, ``compile_error``, else the first failing case's status or ``passed``."""
     from arenaforge.stages.verification.polyglot import grade
 
     if result.sandbox_fault is not None:
         return False, SANDBOX_FAULT
     if not result.compile.ok:
         return False, COMPILE_ERROR
-    failed = next((v for v in grade(tr.cases, result) if not v.passed), None)
+    failed = next((v for v in grade(cases, result) if not v.passed), None)
     return (True, PASSED) if failed is None else (False, failed.status)
 
 

@@ -11,32 +11,19 @@ from __future__ import annotations
 
 import json
 import logging
-import platform
-import subprocess
 import time
 from pathlib import Path
 
 import pandas as pd
 import pyarrow as pa
 import pyarrow.parquet as pq
+from arenaforge.pipeline.apps.host import processor
 from arenaforge.pipeline.apps.judge_bench import card, judging, pairs, report, samples
 from arenaforge.pipeline.apps.judge_bench.config import BenchConfig
 from arenaforge.pipeline.statuses import PASSED
 from arenaforge.stages.output.audit_stats import jsonable
 
 log = logging.getLogger(__name__)
-
-
-def processor() -> str:
-    """The CPU model (``lscpu``'s model name), for the card."""
-    try:
-        out = subprocess.run(["lscpu"], capture_output=True, text=True, check=True).stdout
-        for line in out.splitlines():
-            if line.startswith("Model name:"):
-                return line.split(":", 1)[1].strip()
-    except (OSError, subprocess.CalledProcessError):
-        pass
-    return platform.processor() or "unknown"
 
 
 class Backends:
