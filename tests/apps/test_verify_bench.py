@@ -294,6 +294,8 @@ def test_the_instruction_file_and_run_config_hold_no_hidden_test(tmp_path):
     assert CANARY not in dump_config(cfg) and CANARY not in " ".join(applied)
     assert cfg.mine.source == (out / INSTRUCTIONS).resolve()
     assert not cfg.decontaminate.humaneval and cfg.compress.min_distance is None
+    # difficulty still asks smoke.yaml's judge, and keeps every problem
+    assert cfg.difficulty.min_task_prob == 0.0 and cfg.difficulty.min_difficulty == 1
     # HumanEval: no line of any hidden check reaches the instructions
     from arenaforge.pipeline.apps.eval_core import load_problems
 

@@ -3,8 +3,10 @@
 The problems (``problems``) become the run's instruction file; the config runs on them as
 shipped except for ``BYPASS``: no decontamination (HumanEval is what it would remove), compress
 keeps every row (no budget, no semantic dedup), clean keeps near-duplicates and text that does
-not read as a request, and emit keeps every verified task (no task dedup), so that every
-problem the difficulty stage keeps reaches the arena and its row reaches the card. Then every
+not read as a request, difficulty rates every problem and asks its concrete-task question as
+configured but drops none (a bench problem is a task by construction), and emit keeps every
+verified task (no task dedup), so that every problem reaches the arena and its row reaches the
+card (a drop there still would be counted, by stage and reason). Then every
 answer, every judges' winner and every emitted row is run on the hidden tests
 (``grading``), and the card (``card``, ``report``) is written. Under ``--out``::
 
@@ -37,11 +39,13 @@ from arenaforge.pipeline.apps.verify_bench.problems import (
     write_instructions,
 )
 from arenaforge.pipeline.apps.verify_bench.run_view import RunView, read_run
+from arenaforge.stages.instructions.difficulty import SCORE_MIN
 
 BYPASS = ("decontaminate.humaneval=false", "decontaminate.benchmarks=[]",
           "decontaminate.embedding.enabled=false", "compress.budget=1.0",
           "compress.min_distance=null", "clean.near_dup.enabled=false",
-          "clean.require_request=false", "clean.max_chars=100000", "emit.dedup_distance=null")
+          "clean.require_request=false", "clean.max_chars=100000",
+          f"difficulty.min_difficulty={SCORE_MIN}", "emit.dedup_distance=null")
 NEEDED_STAGES = ("answer", "judge", "rate", "tests", "verify", "emit")
 RUN_NAME, INSTRUCTIONS = "run", "instructions.jsonl"
 
@@ -95,6 +99,9 @@ def bench_config(config: Path, out: Path, overrides: Sequence[str]) -> tuple[Any
                f"artifacts_dir={where}", f"name={RUN_NAME}"]
     try:
         cfg = load_config(config, applied)
+        if cfg.difficulty.min_task_prob:  # still asked (its column kept), no longer a filter
+            applied.insert(len(BYPASS), "difficulty.min_task_prob=0.0")
+            cfg = load_config(config, applied)
         check_protocol_capabilities(cfg, f"{config} (with verify-bench's overrides)")
     except ConfigError as exc:
         raise BenchError(str(exc)) from None
