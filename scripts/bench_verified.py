@@ -2,7 +2,8 @@
 
 Three experts (``trust_world.BeliefExpert``: ``expert-a`` right with probability 0.85,
 ``expert-b`` and ``expert-c`` 0.6 each, and the two of them wrong in the *same* way, on answers
-and on the tests they write) and a judge that is no contestant and no test author answer over
+and on the tests they write, each with a program of its own unless ``--shared-wrong-program``)
+and a judge that is no contestant and no test author answer over
 OpenAI-compatible HTTP on 127.0.0.1 (the load generator's handler, ``load_server``). N
 instructions from a file (``trust_world.instruction_rows``: ~65% state a worked example) go
 through the whole pipeline (``arenaforge run``, the real sandbox, a local Ray), and every emitted
@@ -54,10 +55,10 @@ JUDGE = "judge"
 TESTER = "tester"  # with --tester-skill: writes tests, answers and judges nothing
 
 
-def serve(names: dict[str, float]) -> dict[str, _Server]:
+def serve(names: dict[str, float], own_programs: bool = True) -> dict[str, _Server]:
     servers = {}
     for name, skill in names.items():
-        handler = make_handler(BeliefExpert(name, skill), Meter(), 0.0, 0.0)
+        handler = make_handler(BeliefExpert(name, skill, own_programs), Meter(), 0.0, 0.0)
         server = _Server(("127.0.0.1", 0), handler)
         threading.Thread(target=server.serve_forever, daemon=True).start()
         servers[name] = server
@@ -172,14 +173,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--tester-skill", type=float, default=None,
                         help="add an independent test author of this skill (no contestant, no "
                              "judge; when wrong, wrong the same way as the experts)")
+    parser.add_argument("--shared-wrong-program", action="store_true",
+                        help="wrong experts emit one program to the byte (one vote), instead of "
+                             "each its own (trust_world.BeliefExpert.own_programs)")
+    parser.add_argument("--example-share", type=float, default=0.65,
+                        help="the share of instructions that state a worked example")
     args = parser.parse_args(argv)
     tester = {TESTER: args.tester_skill} if args.tester_skill is not None else {}
-    servers = serve({**EXPERTS, JUDGE: 0.0, **tester})
+    servers = serve({**EXPERTS, JUDGE: 0.0, **tester}, own_programs=not args.shared_wrong_program)
     ports = {name: s.server_address[1] for name, s in servers.items()}
     workdir = args.keep or Path(tempfile.mkdtemp(prefix="bench-verified-"))
     workdir.mkdir(parents=True, exist_ok=True)
     source = write_jsonl(workdir / "instructions.jsonl",
-                         instruction_rows(args.instructions, seed=args.seed))
+                         instruction_rows(args.instructions, seed=args.seed,
+                                          example_share=args.example_share))
     config = write_run_files(workdir, ports, source, tester=bool(tester))
     cmd = [*args.cli.split(), "run", str(config), "--fresh"]
     for item in args.set:
@@ -194,6 +201,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"arenaforge run failed (exit {rc}); see {workdir / 'run.log'}", file=sys.stderr)
         return rc
     result = {"instructions": args.instructions, "tester_skill": args.tester_skill,
+              "own_programs": not args.shared_wrong_program,
+              "example_share": args.example_share,
               "wall_s": round(wall, 1),
               **measure(workdir / "runs" / "verified")}
     for key in ("verified", "wrong_verified", "wrong_verified_with_a_right_answer",

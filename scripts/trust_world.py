@@ -6,10 +6,15 @@ experts behave like models that misunderstand a task, not like an oracle with no
 
 * **Beliefs.** Per instruction an expert believes the reference (with its ``skill``
   probability) or the family's wrong body, and both its answer and its tests follow that belief:
-  an expert that misreads a task writes tests that expect the misreading. Every expert that is
-  wrong holds the *same* wrong program (the family's one wrong body, to the byte), so two wrong
-  experts form a majority that agrees with itself, on answers and on tests; experts that are
-  right write the reference each in their own way (different programs, as real models do).
+  an expert that misreads a task writes tests that expect the misreading (authors err the way
+  their answers err). Experts that misread a task misread it the same way (the family has one
+  wrong body): two wrong experts form a majority that agrees with itself, on answers and on
+  tests. Experts write their own code (``own_programs``, the default): right or wrong, each
+  expert's program differs from the others' (a ``_style`` line), as real models' do, so two
+  wrong experts are two independent votes for the misreading, the world where a wrong
+  majority can outvote the one right author. With ``own_programs=False`` every wrong expert
+  emits the one wrong program to the byte, which the evidence rules count as one vote: a
+  world that assumes the independence rule's premise.
 * **Edges.** Each author's first test calls an input on which the right and the wrong reading
   differ (an author probes the task's edge first, expecting what it believes there).
 * **Slips.** Independently of its belief, an author gets one expected value in
@@ -64,8 +69,9 @@ def wrong(fam: Family, p: int):
 class BeliefExpert(Expert):
     """A simulated expert whose answer and tests follow one belief per instruction."""
 
-    def __init__(self, name: str, skill: float):
+    def __init__(self, name: str, skill: float, own_programs: bool = True):
         super().__init__(name, skill, _prompts())
+        self.own_programs = own_programs
 
     def belief(self, instruction: str) -> str:
         """``correct``, ``wrong`` (the shared wrong body), ``stub`` or ``syntax``."""
@@ -84,9 +90,9 @@ class BeliefExpert(Expert):
         body = {"correct": fam.correct, "wrong": fam.wrong,
                 STUB: "raise NotImplementedError('todo')"}.get(kind, fam.correct)
         code = _source(fam, p, body)
-        if kind == "correct":
-            # experts that are right write it each in their own way (different programs); the
-            # wrong ones share one program to the byte
+        if kind == "correct" or (kind == "wrong" and self.own_programs):
+            # each expert writes its own program; without own_programs the wrong ones share
+            # one program to the byte
             code = code.replace("):\n", f"):\n    _style = {self.name!r}\n", 1)
         if kind == SYNTAX:
             code = code.replace("):\n", ")\n", 1)
@@ -109,7 +115,7 @@ class BeliefExpert(Expert):
             args = telling if k == 0 and telling is not None else fam.inputs(rng, p)
             try:
                 want = believed(*args)
-            except Exception:  # noqa: BLE001 - its belief raises there: it writes no test
+            except Exception:  # noqa: BLE001, S112 - its belief raises there: it writes no test
                 continue
             if rng.random() < TEST_SLIP_RATE:
                 want = [want] if not isinstance(want, int) or isinstance(want, bool) else want + 1
@@ -126,7 +132,7 @@ def _telling_input(fam: Family, p: int, rng: random.Random) -> tuple | None:
         args = fam.inputs(rng, p)
         try:
             want = right(*args)
-        except Exception:  # noqa: BLE001 - an input the task does not define: not an edge
+        except Exception:  # noqa: BLE001, S112 - an input the task does not define: no edge
             continue
         try:
             if bad(*args) != want:
