@@ -75,6 +75,7 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     from arenaforge.pipeline.runner import (
         ContractChainError,
         ModelUnavailableError,
+        RunStopped,
         StageFailedError,
         run_pipeline,
     )
@@ -99,6 +100,9 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     cfg = _load_checked(config, overrides)
     try:
         result = run_pipeline(cfg, fresh=fresh, show_progress=not quiet)
+    except RunStopped as stop:  # SIGINT or SIGTERM: Ray is down, the committed shards kept
+        console.print(stop.describe(), highlight=False, markup=False, soft_wrap=True)
+        raise typer.Exit(stop.exit_code) from None
     except (StoreError, ContractChainError, ModelUnavailableError,
             InstructionSourceError, PlacementError, ToolchainUnavailable) as exc:
         _fail(str(exc))

@@ -17,6 +17,7 @@ a core, since they wait on the servers.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import math
 import os
@@ -79,6 +80,9 @@ class InlineExecutor:
     def close(self) -> None:
         pass
 
+    def abandon(self) -> None:
+        """Nothing runs beside this process: a stop has nothing more to end."""
+
 
 def task_error(exc: BaseException) -> BaseException:
     """The exception a Ray task raised, out of Ray's wrapping (twice wrapped when an engine
@@ -107,12 +111,14 @@ class RayExecutor:
 
         self.ray = ray
         address = address or os.environ.get("RAY_ADDRESS")
-        if not ray.is_initialized():
-            if address:
-                ray.init(address=address, log_to_driver=False)
-            else:
-                ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
-                         log_to_driver=False, configure_logging=False)
+        self.started_ray = not ray.is_initialized()  # then a stop shuts it down (abandon)
+        if self.started_ray:
+            with _keeping_sigterm_handler():
+                if address:
+                    ray.init(address=address, log_to_driver=False)
+                else:
+                    ray.init(num_cpus=num_cpus or os.cpu_count(), include_dashboard=False,
+                             log_to_driver=False, configure_logging=False)
         self.cpus = max(1, int(ray.cluster_resources().get("CPU", 1)))
         self.max_retries = max_retries
         # One single-threaded model worker per core by default. Measured on 2 cores (Qwen 0.5B,
@@ -294,7 +300,10 @@ class RayExecutor:
                    for _ in range(min(depth, len(queue)))]
         try:
             while pending:
-                done, pending = ray.wait(pending, num_returns=1)
+                # a bounded wait, so that a stop's signal handler runs within a second
+                done, pending = ray.wait(pending, num_returns=1, timeout=1.0)
+                if not done:
+                    continue
                 if queue:
                     pending.append(task.remote(spec_ref, cfg_ref, ctx_ref, *queue.pop(0)))
                 try:
@@ -318,6 +327,34 @@ class RayExecutor:
             finally:
                 self.ray.kill(self._directory)
                 self._directory = None
+
+    def abandon(self) -> None:
+        """End a stopped run at once: the engines and the embedding service are killed without
+        waiting for the calls in progress (a graceful ``close`` waits for them, a minute on a
+        CPU), and a Ray this executor started or joined is shut down, its local processes
+        (workers, raylet, GCS, agents) with it; a Ray the caller started stays."""
+        for actor in (self._directory, self._embeddings):  # the engines die with their owner
+            if actor is not None:
+                with contextlib.suppress(Exception):
+                    self.ray.kill(actor)
+        self._directory = self._embeddings = None
+        if self.started_ray:
+            self.ray.shutdown()
+
+
+@contextlib.contextmanager
+def _keeping_sigterm_handler() -> Iterator[None]:
+    """Keep the SIGTERM handler that the caller installed across ``ray.init``, which installs
+    its own (a ``sys.exit``, then its core worker's abort) in the main thread: a run stops as
+    ``arenaforge.pipeline.stopping`` says. Python's default stays Ray's to replace."""
+    import signal
+    import threading
+
+    mine = threading.current_thread() is threading.main_thread()
+    before = signal.getsignal(signal.SIGTERM) if mine else None
+    yield
+    if callable(before):
+        signal.signal(signal.SIGTERM, before)
 
 
 def make_executor(runner_cfg: Any) -> InlineExecutor | RayExecutor:

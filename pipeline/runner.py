@@ -4,7 +4,8 @@
 takes any list of ``StageSpec`` (the tests drive it with toy stages). A stage whose ``_SUCCESS``
 fingerprint matches its current input is skipped; inside a stage, shards whose marker matches
 their input are skipped; everything else is (re)computed. Killing the process at any moment and
-running again therefore ends with each row exactly once.
+running again therefore ends with each row exactly once. ``run_pipeline`` stops on SIGINT and
+SIGTERM within seconds, with no process of the run left (``arenaforge.pipeline.stopping``).
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ from arenaforge.pipeline.funnel import Funnel, StageCounts
 from arenaforge.pipeline.progress import Progress, render_funnel
 from arenaforge.pipeline.shards import DROPPED_SCHEMA, ShardRef
 from arenaforge.pipeline.stage import StageSpec
+from arenaforge.pipeline.stopping import RunStopped, stop_on_signals, stopped_in
 from arenaforge.pipeline.store import RunStore, StoreError, table_hash
 from arenaforge.pipeline.toolchain_check import check_toolchains
 
@@ -317,13 +319,16 @@ def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunConte
         executor.warm_embeddings(ctx)
     with Progress(enabled=show_progress) as progress:
         for i, spec in enumerate(specs):
-            if i + 1 < len(specs):
-                _embed_ahead(spec, specs[i + 1], stage_cfgs, store, executor, complete)
-            funnel = funnel.plus(run_stage(spec, stage_cfgs[spec.name], ctx, store, executor,
-                                           shard_size, progress))
-            executor.release_engines(models_to_keep(used, i) | on_cpu)
-            if i == last_embedding:
-                executor.release_embeddings()
+            try:
+                if i + 1 < len(specs):
+                    _embed_ahead(spec, specs[i + 1], stage_cfgs, store, executor, complete)
+                funnel = funnel.plus(run_stage(spec, stage_cfgs[spec.name], ctx, store,
+                                               executor, shard_size, progress))
+                executor.release_engines(models_to_keep(used, i) | on_cpu)
+                if i == last_embedding:
+                    executor.release_embeddings()
+            except KeyboardInterrupt as exc:  # where the run stopped, for the one line it prints
+                raise stopped_in(exc, spec.name) from None
     _write_run_summary(store, funnel)
     return funnel
 
@@ -390,6 +395,8 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     ``arenaforge.pipeline.filesystem`` for where S3 options and credentials come from.
 
     Raises:
+        RunStopped: SIGINT or SIGTERM stopped it (``arenaforge.pipeline.stopping``): the shards
+            then running were abandoned, the committed ones kept, and Ray shut down.
         StoreError: the run directory was made by a different config (use ``fresh=True``), or
             a SQLite request cache was asked for a remote run directory.
         ContractChainError: the configured stages do not fit together.
@@ -415,17 +422,25 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     for warning in cfg.role_warnings():
         log.warning("%s", warning)
     store.open(cfg.config_hash(), run_dir_yaml(cfg, run_dir), fresh=fresh)
-    executor = make_executor(cfg.runner)
-    ctx = RunContext(run_dir, cfg)
-    try:
-        funnel = run_stages(specs, {s.name: cfg.stage_config(s.name) for s in specs}, ctx, store,
-                            executor, cfg.runner.shard_size, show_progress)
-        engines = executor.loaded_models() if hasattr(executor, "loaded_models") else {}
-        if engines:  # where each model ran: node, GPUs, load time per replica
-            store.write_artifact(layout.ENGINES, json.dumps(engines, indent=2) + "\n")
-    finally:
-        close_process_resources()
-        executor.close()
+    with stop_on_signals():  # SIGINT, SIGTERM: RunStopped, the running shards abandoned
+        executor = make_executor(cfg.runner)
+        ctx = RunContext(run_dir, cfg)
+        stopped = False
+        try:
+            funnel = run_stages(specs, {s.name: cfg.stage_config(s.name) for s in specs}, ctx,
+                                store, executor, cfg.runner.shard_size, show_progress)
+            engines = executor.loaded_models() if hasattr(executor, "loaded_models") else {}
+            if engines:  # where each model ran: node, GPUs, load time per replica
+                store.write_artifact(layout.ENGINES, json.dumps(engines, indent=2) + "\n")
+        except KeyboardInterrupt as exc:
+            stopped = True
+            raise stopped_in(exc) from None
+        finally:
+            close_process_resources()
+            if stopped:  # no wait for the model calls in progress; Ray is shut down
+                executor.abandon()
+            else:
+                executor.close()
     seconds = time.perf_counter() - start
     if show_progress:
         render_funnel(funnel, seconds)
@@ -452,6 +467,7 @@ __all__ = [
     "ContractChainError",
     "ModelUnavailableError",
     "RunResult",
+    "RunStopped",
     "StageFailedError",
     "StoreError",
     "check_chain",

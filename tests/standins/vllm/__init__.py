@@ -6,7 +6,9 @@ It answers like vLLM's offline engine in the shapes ``VllmBackend`` reads
 ``SamplingParams(logprobs=k)``, ``logprobs[0] = {token id: Logprob}``), and appends one JSON
 line per event to ``record_file`` (an engine option): ``start`` (with ``gpu_gib``, the memory
 the test says the engine holds), ``generate`` (how many prompts one call carried) and ``stop``
-(when ``VllmBackend.close`` drops the engine).
+(when ``VllmBackend.close`` drops the engine). ``STANDIN_VLLM_DELAYS`` (seconds, comma-separated)
+makes an engine's successive ``generate`` calls take that long, the last figure for every call
+after it: ``0.3,0.3,20`` is two quick calls, then slow ones (a run to stop mid-call).
 """
 
 from __future__ import annotations
@@ -49,6 +51,7 @@ class LLM:
     def __init__(self, model, max_model_len, seed, record_file, gpu_gib=0.0, **kwargs):
         self.model, self.record_file = os.path.basename(model), record_file
         self.tokenizer = _Tokenizer()
+        self.delays = [float(x) for x in os.environ.get("STANDIN_VLLM_DELAYS", "0").split(",")]
         self._record("start", gpu_gib=gpu_gib, max_model_len=max_model_len)
 
     def _record(self, event, **fields):
@@ -63,6 +66,7 @@ class LLM:
         first = sampling[0] if isinstance(sampling, list) else sampling
         reading = first.logprobs is not None
         self._record("generate", prompts=len(requests), kind="logprobs" if reading else "text")
+        time.sleep(self.delays.pop(0) if len(self.delays) > 1 else self.delays[0])
         out = []
         for request in requests:
             if reading:
