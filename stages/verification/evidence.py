@@ -46,10 +46,14 @@ Rules, in order (``weigh``):
    stronger trusted test on the same call (the example, two authors) decides it (rule 4).
    Tests two authors agree on, and the example, are never overruled by answers.
 4. **Direct contradictions.** When trusted written tests expect different values for the same
-   call, the strictly strongest value stays and the others are dropped
+   call, the value with strictly the strongest *authors* stays and the others are dropped
    (``contradicts_stronger``); when no value is strictly strongest the instruction is
-   ``contradictory_tests`` and is never used to accept or reject an answer. A value's strength
-   is its strongest test's, plus one when an independent majority of the answers return it.
+   ``contradictory_tests`` and is never used to accept or reject an answer. A value's author
+   strength is its strongest test's, counting what answers did not at all: a contestant's
+   test that another program passes (``written+passer``) is one author's, as ``written`` is,
+   and how many answers return a value adds nothing. Answers that agree with one author are
+   evidence about their readings, and two wrong programs agreeing with a wrong author would
+   otherwise outvote the one right author on the same call.
 5. **A suite that no answer passes is examined.** When every test is passed by some answer but
    no answer passes them all, the tests are grouped by author (the example a group of its own):
    two groups that some answers satisfy in full, but never together, contradict each other
@@ -108,6 +112,9 @@ EXAMPLE, AUTHORS_AGREE, INDEPENDENT_AUTHOR = "example", "authors_agree", "indepe
 WRITTEN_PASSER, WRITTEN, MAJORITY = "written+passer", "written", "majority"
 STRENGTH = {EXAMPLE: 4, AUTHORS_AGREE: 3, INDEPENDENT_AUTHOR: 2, WRITTEN_PASSER: 2, WRITTEN: 1,
             MAJORITY: 1}
+# What the authors alone say for a value (rule 4): another program passing a contestant's test
+# is agreement of answers, not a second author.
+AUTHOR_STRENGTH = {**STRENGTH, WRITTEN_PASSER: STRENGTH[WRITTEN]}
 
 # why a test is not trusted (the ``reason`` column); reasons about the test, never "it fails"
 CONTRADICTS_EXAMPLE = "contradicts_example"
@@ -229,7 +236,7 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
         _trust(written[t], _evidence(written[t], others, models, program))
     verdict = _overruled_by_answers(written, candidates)
     if verdict.status == DECIDED:
-        verdict = _direct_conflicts(written, candidates)
+        verdict = _direct_conflicts(written)
     if verdict.status == DECIDED:
         verdict = _examine(written, candidates, example)
     voters = [c for c in candidates if _consistent(c, written, example)]
@@ -393,11 +400,9 @@ def _disputes(augmented: Sequence[dict], voters: Sequence[Candidate]) -> Verdict
     return Verdict(DECIDED)
 
 
-def _direct_conflicts(written: Sequence[dict], candidates: Sequence[Candidate]) -> Verdict:
-    """Rule 4. A value's strength is its strongest test's, plus one when an independent
-    majority of the answers return it (the answers that pass a test expecting it are at least
-    two different programs and more than half of all the answers' programs)."""
-    programs = {c.program for c in candidates if c.program is not None}
+def _direct_conflicts(written: Sequence[dict]) -> Verdict:
+    """Rule 4: of the values trusted tests expect for one call, the one with strictly the
+    strongest authors (``AUTHOR_STRENGTH``) stays; a tie is ``contradictory_tests``."""
     by_call: dict[str, list[dict]] = defaultdict(list)
     for row in written:
         if row["survived"] and row["call"] is not None and row["expected"] is not None:
@@ -414,13 +419,7 @@ def _direct_conflicts(written: Sequence[dict], candidates: Sequence[Candidate]) 
                 same.append(row)
         if len(values) < 2:
             continue
-        strength = []
-        for v in values:
-            index = [t for t, r in enumerate(written) if any(r is x for x in v)]
-            backers = {c.program for c in candidates if c.program is not None
-                       and any(c.written[t] for t in index)}
-            majority = len(backers) >= 2 and 2 * len(backers) > len(programs)
-            strength.append(max(r["strength"] for r in v) + majority)
+        strength = [max(AUTHOR_STRENGTH[r["trusted_by"]] for r in v) for v in values]
         top = max(strength)
         if strength.count(top) > 1:
             shown = " vs ".join(f"{v[0]['expected']} ({', '.join(sorted({r['author'] for r in v}))})"

@@ -210,6 +210,19 @@ def test_an_author_whose_own_answer_errs_otherwise_still_disagrees():
     assert rows[0]["reason"] is None
 
 
+def test_answers_agreeing_with_one_author_do_not_outweigh_another_author():
+    # power_sum(4): a (right) expects 30, c (wrong) expects 14 and b's different wrong program
+    # passes c's test; passing makes c's test written+passer, which is answers agreeing, not a
+    # second author: one author against one, so nothing decides
+    rows = [written("a", "power_sum(4)", "30"), written("c", "power_sum(4)", "14")]
+    answers = [with_calls("a", [True, False], ["30", "30"]),
+               with_calls("b", [False, True], ["14", "14"]),
+               with_calls("c", [False, True], ["14", "14"])]
+    verdict = weigh(rows, [], answers, None)
+    assert verdict.status == CONTRADICTORY and "30 (a) vs 14 (c)" in verdict.detail
+    assert rows[1]["trusted_by"] == WRITTEN_PASSER and rows[0]["reason"] is None
+
+
 def test_one_program_twice_never_overrules_a_test():
     # two experts emit the same wrong program: one vote, the test stands against it
     rows = [written("a", "count_primes(10)", "4")]
