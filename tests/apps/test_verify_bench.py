@@ -26,10 +26,10 @@ from arenaforge.pipeline.apps.verify_bench.card import (
 )
 from arenaforge.pipeline.apps.verify_bench.problems import (
     humaneval_problems,
-    load_problems_file,
     selection_order,
     write_instructions,
 )
+from arenaforge.pipeline.apps.verify_bench.problems_file import load_problems_file
 from arenaforge.pipeline.cli import app
 from arenaforge.stages.common.intervals import proportion
 from typer.testing import CliRunner
@@ -326,10 +326,21 @@ def _texts_holding(root: Path, needle: str) -> list[str]:
 
 @pytest.mark.slow
 @pytest.mark.models
-def test_a_real_run_never_sees_the_hidden_tests(tmp_path):
-    """configs/smoke.yaml on two problems whose hidden tests hold a canary: no stage's rows,
-    no request cache entry (every completion, as JSON files), no artifact holds it; the
-    grading ran every answer on them."""
+def test_a_real_run_never_sees_the_hidden_tests(tmp_path, monkeypatch):
+    """configs/smoke.yaml on two problems whose hidden tests hold a canary: no request any
+    model was sent (every prompt, conversation and logprob reading passes through the request
+    cache's key), no stage's rows, no cached completion and no artifact holds it; the grading
+    ran every answer on them."""
+    from arenaforge.pipeline.backends import request_cache
+
+    sent: list[str] = []
+    key = request_cache.request_key
+
+    def spy(model_id, weights_id, method, request, params):
+        sent.append(json.dumps([model_id, method, request], ensure_ascii=False))
+        return key(model_id, weights_id, method, request, params)
+
+    monkeypatch.setattr(request_cache, "request_key", spy)  # the inline runner: this process
     source = _canary_problems(tmp_path / "problems.jsonl")
     out = tmp_path / "out"
     result = CliRunner().invoke(app, [
@@ -338,6 +349,9 @@ def test_a_real_run_never_sees_the_hidden_tests(tmp_path):
         "--set", "answer.max_tokens=160", "--set", "tests.max_tokens=160"])
     assert result.exit_code == 0, result.output
     run_dir = out / "run"
+    # answers, judges, test authors, difficulty and repair were all asked, never with the canary
+    assert len(sent) > 10 and any("reverse_words" in r for r in sent)
+    assert not [r for r in sent if CANARY in r]
     assert (run_dir / "cache" / "requests").is_dir()
     assert _texts_holding(run_dir, "reverse_words")  # the search sees what the run was shown
     assert _texts_holding(run_dir, CANARY) == []

@@ -35,9 +35,9 @@ from arenaforge.pipeline.apps.verify_bench.problems import (
     HUMANEVAL,
     Problem,
     humaneval_problems,
-    load_problems_file,
     write_instructions,
 )
+from arenaforge.pipeline.apps.verify_bench.problems_file import load_problems_file
 from arenaforge.pipeline.apps.verify_bench.run_view import RunView, read_run
 from arenaforge.stages.instructions.difficulty import SCORE_MIN
 
