@@ -44,15 +44,18 @@ from typing import Any, Literal
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
-from arenaforge.pipeline.layout import (
+from arenaforge.pipeline.stage import (
     AUDIT_METRICS,
     DATASET,
     DATASET_CARD,
     DATASET_SHARDS,
     EMBEDDINGS,
+    StageConfig,
+    StageContext,
+    StageResult,
+    StageSpec,
     dataset_shard,
 )
-from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
 from arenaforge.pipeline.statuses import NO_ENTRY_POINT, NO_TESTS
 from arenaforge.stages.common.embeddings import column_vectors, unit_rows
 from arenaforge.stages.common.task_kinds import table_tasks
@@ -67,6 +70,7 @@ from arenaforge.stages.output.emit_provenance import (
     provenance_columns,
     provenance_counts,
     verified_mask,
+    with_evidence,
     with_judges,
     with_origin,
     with_test_authors,
@@ -425,8 +429,8 @@ def run(table: pa.Table, cfg: EmitConfig, ctx: StageContext) -> StageResult:
                                           instruction_ids=ids))
     chosen = with_judges(chosen, ctx.read("judge", columns=list(JUDGE_COLUMNS),
                                           instruction_ids=ids))
-    chosen = with_test_authors(chosen, ctx.read("tests", columns=list(AUTHOR_COLUMNS),
-                                                instruction_ids=ids))
+    tests = ctx.read("tests", columns=list(AUTHOR_COLUMNS), instruction_ids=ids)
+    chosen = with_evidence(with_test_authors(chosen, tests), tests)
 
     run_id, config_hash = ctx.run_id, ctx.config_hash()
     sft = build_sft_rows(chosen, system_prompt=cfg.system_prompt, run_id=run_id,

@@ -18,6 +18,14 @@ instruction's battles, both orders; ``local_share`` and ``margin`` (the winner's
 minus the runner-up's) from ``rate``; ``kcenter_rank``: the instruction's order of selection in
 ``compress``.
 
+The evidence columns let a user pick their own precision/yield point: ``pass_fraction`` (the
+trusted tests passed over those run: visible, hidden and augmented), ``evidence_passed`` (the
+kinds of evidence, ``trusted_by``, of the trusted tests the answer passed, strongest first),
+``evidence_strength`` (the strength of the strongest of them; ``evidence.STRENGTH``) and
+``other_authors`` (how many test authors other than the answer's own model wrote tests the
+suite trusts). The last three are null for a repaired answer (its per-test results live in the
+repair rounds, not in the tests stage).
+
 Example::
 
     >>> verified_mask(pa.table({"status": ["passed", "passed", "failed"],
@@ -65,14 +73,21 @@ PROVENANCE_SCHEMA = pa.schema([
     ("local_share", pa.float64()),
     ("margin", pa.float64()),
     ("kcenter_rank", pa.int64()),
+    ("pass_fraction", pa.float64()),
+    ("evidence_passed", pa.list_(pa.string())),
+    ("evidence_strength", pa.int64()),
+    ("other_authors", pa.int64()),
 ])
 ORIGIN_COLUMNS = ("instruction_id", "miner", "template")  # read from clean
 JUDGE_COLUMNS = ("instruction_id", "judge", "order", "model_a", "model_b", "verdict", "score_a",
                  "score_b", "expected_score_a", "expected_score_b", "parse_error")  # from judge
-AUTHOR_COLUMNS = ("instruction_id", "author", "survived", "kind")  # read from tests
+# read from tests: who wrote the trusted tests, on what evidence, and whose answers passed them
+AUTHOR_COLUMNS = ("instruction_id", "author", "survived", "kind", "trusted_by", "strength",
+                  "graded_passed_by", "passed_by")
 # made by emit or joined from the stages that made them (the rest ride on the repair rows)
 JOINED = ("miner", "template", "judges", "gate_admitted", "test_authors", "judge_verdicts",
-          "local_share", "margin", "kcenter_rank")
+          "local_share", "margin", "kcenter_rank", "pass_fraction", "evidence_passed",
+          "evidence_strength", "other_authors")
 # carried by the repair rows (verify's grading and selection columns, repair's own)
 CARRIED = tuple(n for n in PROVENANCE_SCHEMA.names if n not in JOINED)
 
@@ -167,11 +182,67 @@ def with_test_authors(table: pa.Table, tests: pa.Table) -> pa.Table:
     """``table`` with ``test_authors``: the models whose written tests the instruction's suite
     trusts (sorted; empty when none; the instruction's own example is not a model's)."""
     authors: dict[str, set[str]] = {}
-    for row in tests.select(list(AUTHOR_COLUMNS)).to_pylist():
+    for row in tests.select(["instruction_id", "author", "survived", "kind"]).to_pylist():
         if row["survived"] and row["kind"] == WRITTEN:
             authors.setdefault(row["instruction_id"], set()).add(row["author"])
     ids = table.column("instruction_id").to_pylist()
     return _replace(table, "test_authors", [sorted(authors.get(i, ())) for i in ids])
+
+
+def with_evidence(table: pa.Table, tests: pa.Table) -> pa.Table:
+    """``table`` with the evidence columns of each answer (see the module docstring).
+
+    >>> tests = pa.table({"instruction_id": ["i", "i", "i"], "author": ["a", "b", "instruction"],
+    ...     "survived": [True, True, True], "kind": ["written", "written", "example"],
+    ...     "trusted_by": ["written+passer", "written", "example"], "strength": [2, 1, 4],
+    ...     "graded_passed_by": [["a", "b"], ["b"], ["a", "b"]], "passed_by": [[], [], []]})
+    >>> answers = pa.table({"instruction_id": ["i"], "model": ["a"], "repaired": [False],
+    ...     "tests_visible_passed": [2], "tests_visible": [3]})
+    >>> row = with_evidence(answers, tests).to_pylist()[0]
+    >>> row["evidence_passed"], row["evidence_strength"], row["other_authors"], row["pass_fraction"]
+    (['example', 'written+passer'], 4, 1, 0.6666666666666666)
+    """
+    trusted: dict[str, list[dict]] = {}
+    for row in tests.select([c for c in AUTHOR_COLUMNS if c in tests.column_names]).to_pylist():
+        if row["survived"] and row.get("trusted_by"):
+            trusted.setdefault(row["instruction_id"], []).append(row)
+    ids = table.column("instruction_id").to_pylist()
+    models = table.column("model").to_pylist()
+    repaired = (table.column("repaired").to_pylist() if "repaired" in table.column_names
+                else [False] * table.num_rows)
+    passed, strongest, others = [], [], []
+    for iid, model, fixed in zip(ids, models, repaired):
+        rows = trusted.get(iid, [])
+        authors = {r["author"] for r in rows if r["kind"] == WRITTEN}
+        others.append(len(authors - {model}))
+        if fixed:
+            passed.append(None)
+            strongest.append(None)
+            continue
+        mine = [r for r in rows if model in (r.get("graded_passed_by") or r.get("passed_by") or ())]
+        mine.sort(key=lambda r: -(r.get("strength") or 0))
+        passed.append(list(dict.fromkeys(r["trusted_by"] for r in mine)))
+        strongest.append(mine[0].get("strength") if mine else None)
+    table = _replace(table, "evidence_passed", passed)
+    table = _replace(table, "evidence_strength", strongest)
+    table = _replace(table, "other_authors", others)
+    return _replace(table, "pass_fraction", _pass_fraction(table))
+
+
+def _pass_fraction(table: pa.Table) -> list[float | None]:
+    """Trusted tests passed over those run (visible, hidden, augmented); None: none run."""
+    def column(name: str) -> list:
+        return (table.column(name).to_pylist() if name in table.column_names
+                else [None] * table.num_rows)
+
+    splits = ("visible", "hidden", "augmented")
+    done = [column(f"tests_{s}_passed") for s in splits]
+    total = [column(f"tests_{s}") for s in splits]
+    out = []
+    for i in range(table.num_rows):
+        ran = sum(t[i] or 0 for t in total)
+        out.append(sum(d[i] or 0 for d in done) / ran if ran else None)
+    return out
 
 
 def provenance_counts(sft: pa.Table) -> dict[str, int]:

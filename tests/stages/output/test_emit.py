@@ -458,7 +458,10 @@ def test_provenance_a_user_can_filter_on(tmp_path):
     ctx.tables["tests"] = pa.table({
         "instruction_id": ["p"] * 4, "author": ["m2", "m1", "m3", "instruction"],
         "survived": [True, True, False, True],
-        "kind": ["written", "written", "written", "example"]})
+        "kind": ["written", "written", "written", "example"],
+        "trusted_by": ["written+passer", "written", None, "example"],
+        "strength": [2, 1, None, 4],
+        "graded_passed_by": [["m1", "m2"], ["m2"], ["m1"], ["m1"]]})
     ctx.tables["judge"] = pa.table({
         "instruction_id": ["p", "p"], "judge": ["j", "j"], "order": ["ba", "ab"],
         "model_a": ["m1", "m1"], "model_b": ["m2", "m2"], "verdict": ["a", "a"],
@@ -476,3 +479,9 @@ def test_provenance_a_user_can_filter_on(tmp_path):
         (1.0, 0.5, 3)
     assert (rows["p"]["gate_admitted"], rows["g"]["gate_admitted"]) == (False, True)
     assert (rows["p"]["admission"], rows["g"]["admission"]) == ("verified", "no_tests")
+    # the evidence a user filters on: m1 passed the example and m2's test, not its own
+    # (m3's was not trusted)
+    assert (rows["p"]["evidence_passed"], rows["p"]["evidence_strength"],
+            rows["p"]["other_authors"]) == (["example", "written+passer"], 4, 1)
+    assert (rows["g"]["evidence_passed"], rows["g"]["evidence_strength"],
+            rows["g"]["other_authors"]) == ([], None, 0)
