@@ -2,8 +2,9 @@
 
 The one owner of these names. ``arenaforge.pipeline.store`` reads and writes them (a stage never
 touches the run directory itself); stages name the side artifacts they write and read with
-them (``ctx.write_artifact(RATINGS, ...)``, ``StageSpec(artifacts=(RATINGS,))``), and the
-applications built on a run (report, inspect, ablate) find them here. Layout of
+them (``ctx.write_artifact(RATINGS, ...)``, ``StageSpec(artifacts=(RATINGS,))``), as the stage
+contract ``arenaforge.pipeline.stage`` hands them on (a stage imports no module of the run
+directory's), and the applications built on a run (report, inspect, ablate) find them here. Layout of
 ``<artifacts_dir>/<name>/``::
 
     config.yaml              the resolved config

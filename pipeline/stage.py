@@ -27,7 +27,32 @@ from types import MappingProxyType
 from typing import Any, Protocol
 
 import pyarrow as pa
+from arenaforge.pipeline.layout import (
+    AUDIT_METRICS,
+    BATTLES,
+    DATASET,
+    DATASET_CARD,
+    DATASET_SHARDS,
+    EMBEDDINGS,
+    LEADERBOARD,
+    RATINGS,
+    dataset_shard,
+)
+from arenaforge.pipeline.model_fanout import per_model
 from pydantic import BaseModel, ConfigDict
+
+# This module is all of the kit's runner side a stage sees. Besides the contract's own types it
+# hands on two things the kit owns: the names of the side artifacts a stage writes and reads
+# (``ctx.write_artifact(RATINGS, ...)``, ``StageSpec(artifacts=(RATINGS,))``: the run
+# directory's layout owns every name in it, the store every path), and ``per_model``, which
+# puts one shard's requests to several models (at once when they are all served, in turn when
+# local: ``arenaforge.pipeline.model_fanout``). A stage imports neither owner.
+__all__ = [
+    "AUDIT_METRICS", "BATTLES", "DATASET", "DATASET_CARD", "DATASET_SHARDS", "EMBEDDINGS",
+    "LEADERBOARD", "RATINGS", "AheadFn", "EmbedAhead", "PlanFn", "RunFn", "StageConfig",
+    "StageContext", "StageResult", "StageSpec", "TableCache", "as_result", "dataset_shard",
+    "per_model",
+]
 
 
 class StageConfig(BaseModel):

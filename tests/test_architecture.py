@@ -17,10 +17,12 @@ from arenaforge.pipeline.fingerprint import import_statements
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGES = {"pipeline": "arenaforge.pipeline", "stages": "arenaforge.stages"}
-# What a stage must never import: it gets what it needs from its context (the runner's job).
+# What a stage must never import: it gets what it needs from its context (the runner's job) and
+# from the contract (``arenaforge.pipeline.stage``: the artifact names, fan-out to several models).
 FORBIDDEN_IN_STAGES = ("arenaforge.pipeline.runner", "arenaforge.pipeline.store",
                        "arenaforge.pipeline.executors", "arenaforge.pipeline.engines",
-                       "arenaforge.pipeline.apps")
+                       "arenaforge.pipeline.apps", "arenaforge.pipeline.layout",
+                       "arenaforge.pipeline.model_fanout")
 # Design notes that live outside the project; nothing in it may cite them.
 OUTSIDE_DOCUMENTS = ("DESIGN.md", "CONVENTIONS.md", "SANDBOX.md")
 # Other ways of pointing outside it: a sibling folder, a report no reader of the project has.
@@ -82,6 +84,18 @@ def test_stages_import_no_runner_store_executor_engine_or_application():
             if any(name == f or name.startswith(f + ".") for f in FORBIDDEN_IN_STAGES):
                 bad.append(f"{path.relative_to(ROOT)} imports {name}")
     assert bad == []
+
+
+def test_the_contract_hands_stages_the_artifact_names_and_fan_out_of_their_owners():
+    """What ``arenaforge.pipeline.stage`` re-exports is the owners' own object, not a copy that
+    could drift from the store's layout."""
+    from arenaforge.pipeline import layout, model_fanout, stage
+
+    for name in ("AUDIT_METRICS", "BATTLES", "DATASET", "DATASET_CARD", "DATASET_SHARDS",
+                 "EMBEDDINGS", "LEADERBOARD", "RATINGS", "dataset_shard"):
+        assert getattr(stage, name) is getattr(layout, name), name
+    assert stage.per_model is model_fanout.per_model
+    assert set(stage.__all__) <= set(dir(stage))
 
 
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:

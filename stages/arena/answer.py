@@ -23,8 +23,7 @@ model in one backend call, so a batching backend can batch them.
 from __future__ import annotations
 
 import pyarrow as pa
-from arenaforge.pipeline.model_fanout import per_model
-from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
+from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec, per_model
 from arenaforge.stages.common.code_extract import extract_code
 from arenaforge.stages.common.task_kinds import table_tasks, with_task_note
 from pydantic import Field

@@ -37,8 +37,7 @@ from typing import ClassVar, Literal
 
 import pyarrow as pa
 from arenaforge.pipeline.backends.capabilities import JudgedSection
-from arenaforge.pipeline.model_fanout import per_model
-from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
+from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec, per_model
 from arenaforge.stages.arena import judge_logits
 from arenaforge.stages.arena import protocols as jp
 from arenaforge.stages.arena.judge_logits import BACKEND_ERROR

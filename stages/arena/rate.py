@@ -33,8 +33,15 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from arenaforge.pipeline.layout import BATTLES, LEADERBOARD, RATINGS
-from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.pipeline.stage import (
+    BATTLES,
+    LEADERBOARD,
+    RATINGS,
+    StageConfig,
+    StageContext,
+    StageResult,
+    StageSpec,
+)
 from arenaforge.stages.arena.ratings import (
     ScoreRule,
     bradley_terry,

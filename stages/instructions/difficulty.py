@@ -40,9 +40,8 @@ from typing import ClassVar, Literal
 
 import pyarrow as pa
 from arenaforge.pipeline.backends.capabilities import Capability, JudgedSection
-from arenaforge.pipeline.model_fanout import per_model
 from arenaforge.pipeline.prompts import fill, load_template
-from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
+from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec, per_model
 from arenaforge.stages.arena import judge_logits
 from arenaforge.stages.arena.judge_logits import BACKEND_ERROR, choice_reading, expected_score
 from pydantic import Field

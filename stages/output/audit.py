@@ -65,8 +65,13 @@ from typing import Literal
 import numpy as np
 import pandas as pd
 import pyarrow as pa
-from arenaforge.pipeline.layout import AUDIT_METRICS
-from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.pipeline.stage import (
+    AUDIT_METRICS,
+    StageConfig,
+    StageContext,
+    StageResult,
+    StageSpec,
+)
 from arenaforge.pipeline.statuses import NO_TESTS, PASSED
 from arenaforge.stages.output.audit_evidence import evidence_metrics
 from arenaforge.stages.output.audit_stats import (

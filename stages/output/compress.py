@@ -46,8 +46,7 @@ from typing import Any, Literal
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-from arenaforge.pipeline.layout import EMBEDDINGS
-from arenaforge.pipeline.stage import StageConfig, StageResult, StageSpec
+from arenaforge.pipeline.stage import EMBEDDINGS, StageConfig, StageResult, StageSpec
 from arenaforge.stages.common.embeddings import (
     BATCH_SIZE,
     Precision,

@@ -31,7 +31,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from arenaforge.pipeline.model_fanout import per_model
+from arenaforge.pipeline.stage import per_model
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
 from arenaforge.stages.verification import polyglot_cases as pc
 from arenaforge.stages.verification.evidence import (

@@ -44,9 +44,8 @@ from collections import defaultdict
 from typing import Any
 
 import pyarrow as pa
-from arenaforge.pipeline.model_fanout import per_model
 from arenaforge.pipeline.prompts import fill, load_template
-from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec, per_model
 from arenaforge.pipeline.statuses import PASSED
 from arenaforge.stages.common.code_extract import extract_code
 from arenaforge.stages.common.task_kinds import (

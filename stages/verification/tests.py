@@ -60,9 +60,8 @@ from collections import defaultdict
 from typing import Any, Literal
 
 import pyarrow as pa
-from arenaforge.pipeline.model_fanout import per_model
 from arenaforge.pipeline.prompts import fill, load_template
-from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec
+from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec, per_model
 from arenaforge.stages.common.task_kinds import table_tasks, uses_python_path
 from arenaforge.stages.verification.augment import (
     call_program,
