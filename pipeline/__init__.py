@@ -21,7 +21,14 @@ def load_config(path: Any, overrides: list[str] | None = None) -> Any:
 
 
 def run(config: Any, **kwargs: Any) -> Any:
-    """Run the configured stages; see ``arenaforge.pipeline.runner.run_pipeline``."""
+    """Run the configured stages (``arenaforge.pipeline.runner.run_pipeline``), then render
+    ``audit/report.html`` when the run audited: what ``arenaforge run`` does, which calls this.
+
+    The report application is the run's post-run hook (``after_run``), handed in here because
+    the runner imports no application; more hooks in ``after_run`` run after it.
+    """
+    from arenaforge.pipeline.apps.report import report_after_run
     from arenaforge.pipeline.runner import run_pipeline
 
-    return run_pipeline(config, **kwargs)
+    after_run = (report_after_run, *kwargs.pop("after_run", ()))
+    return run_pipeline(config, after_run=after_run, **kwargs)

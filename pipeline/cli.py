@@ -71,13 +71,13 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
         ray_address: Annotated[str | None, typer.Option(help="Ray cluster address.")] = None,
         quiet: Annotated[bool, typer.Option(help="No progress display.")] = False) -> None:
     """Run the pipeline; a rerun resumes where the last one stopped."""
+    from arenaforge.pipeline import run as run_with_report  # the Python API's run, the same run
     from arenaforge.pipeline.placement import PlacementError
     from arenaforge.pipeline.runner import (
         ContractChainError,
         ModelUnavailableError,
         RunStopped,
         StageFailedError,
-        run_pipeline,
     )
     from arenaforge.pipeline.sandbox.languages import ToolchainUnavailable
     from arenaforge.pipeline.store import StoreError
@@ -99,7 +99,7 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     overrides += [f"runner.ray_address={ray_address}"] if ray_address else []
     cfg = _load_checked(config, overrides)
     try:
-        result = run_pipeline(cfg, fresh=fresh, show_progress=not quiet)
+        result = run_with_report(cfg, fresh=fresh, show_progress=not quiet)
     except RunStopped as stop:  # SIGINT or SIGTERM: Ray is down, the committed shards kept
         console.print(stop.describe(), highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(stop.exit_code) from None

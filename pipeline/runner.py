@@ -1,11 +1,16 @@
 """Order the stages, check their column contracts, shard, execute, resume.
 
-``run_pipeline(cfg)`` is what ``arenaforge run`` calls. ``run_stages`` is the engine under it and
-takes any list of ``StageSpec`` (the tests drive it with toy stages). A stage whose ``_SUCCESS``
-fingerprint matches its current input is skipped; inside a stage, shards whose marker matches
-their input are skipped; everything else is (re)computed. Killing the process at any moment and
-running again therefore ends with each row exactly once. ``run_pipeline`` stops on SIGINT and
+``run_pipeline(cfg)`` is what ``arenaforge run`` calls (through ``arenaforge.pipeline.run``).
+``run_stages`` is the engine under it and takes any list of ``StageSpec`` (the tests drive it
+with toy stages). A stage whose ``_SUCCESS`` fingerprint matches its current input is skipped;
+inside a stage, shards whose marker matches their input are skipped; everything else is
+(re)computed. Killing the process at any moment and running again therefore ends with each row
+exactly once. ``run_pipeline`` stops on SIGINT and
 SIGTERM within seconds, with no process of the run left (``arenaforge.pipeline.stopping``).
+
+The runner imports no application: what a user's run does after its stages (the audit page)
+its caller hands in as ``after_run`` hooks (``arenaforge run`` and ``arenaforge.pipeline.run``
+hand in the report application's ``report_after_run``).
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import logging
 import os
 import time
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -55,6 +60,11 @@ class RunResult:
     run_dir: Path | str  # a URI string when the run directory is remote
     funnel: Funnel
     seconds: float
+
+
+# A post-run hook: (the run's store, its funnel) -> None, called once every stage has completed
+# and the run's summary is written (``stats.json``, ``dropped.parquet``).
+AfterRun = Callable[[RunStore, Funnel], None]
 
 
 def check_chain(specs: list[StageSpec], completed: Mapping[str, Any] | set[str] = frozenset(),
@@ -301,8 +311,8 @@ def run_stage(spec: StageSpec, cfg: Any, ctx: RunContext, store: RunStore, execu
 
 def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunContext,
                store: RunStore, executor: Any, shard_size: int,
-               show_progress: bool = True) -> Funnel:
-    """Run stages in order; returns the funnel."""
+               show_progress: bool = True, after_run: Sequence[AfterRun] = ()) -> Funnel:
+    """Run stages in order, then each ``after_run`` hook; returns the funnel."""
     from arenaforge.pipeline.engine_lifetimes import holds_gpu, models_to_keep, stage_model_sets
 
     complete = store.completed()
@@ -330,6 +340,8 @@ def run_stages(specs: list[StageSpec], stage_cfgs: dict[str, Any], ctx: RunConte
             except KeyboardInterrupt as exc:  # where the run stopped, for the one line it prints
                 raise stopped_in(exc, spec.name) from None
     _write_run_summary(store, funnel)
+    for hook in after_run:
+        hook(store, funnel)
     return funnel
 
 
@@ -353,7 +365,6 @@ def _write_run_summary(store: RunStore, funnel: Funnel) -> None:
     summary = {row.stage: {k: v for k, v in row.as_dict().items() if k != "stage"}
                for row in funnel}
     store.write_artifact(layout.STATS, json.dumps(summary, indent=2, sort_keys=True) + "\n")
-    render_audit_report(store, funnel)
 
 
 def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
@@ -388,8 +399,10 @@ def check_models_available(cfg: Any, specs: list[StageSpec]) -> None:
                 f"model {model_id!r} ({cfg.models_file}) cannot be loaded: {exc}") from None
 
 
-def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> RunResult:
-    """Run the configured stages of ``cfg`` into ``<artifacts_dir>/<name>/``.
+def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True,
+                 after_run: Sequence[AfterRun] = ()) -> RunResult:
+    """Run the configured stages of ``cfg`` into ``<artifacts_dir>/<name>/``, then each
+    ``after_run`` hook (``run_stages``).
 
     ``artifacts_dir`` is a local path or a ``pyarrow.fs`` URI (``s3://bucket/runs``); see
     ``arenaforge.pipeline.filesystem`` for where S3 options and credentials come from.
@@ -428,7 +441,8 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
         stopped = False
         try:
             funnel = run_stages(specs, {s.name: cfg.stage_config(s.name) for s in specs}, ctx,
-                                store, executor, cfg.runner.shard_size, show_progress)
+                                store, executor, cfg.runner.shard_size, show_progress,
+                                after_run)
             engines = executor.loaded_models() if hasattr(executor, "loaded_models") else {}
             if engines:  # where each model ran: node, GPUs, load time per replica
                 store.write_artifact(layout.ENGINES, json.dumps(engines, indent=2) + "\n")
@@ -447,23 +461,8 @@ def run_pipeline(cfg: Any, fresh: bool = False, show_progress: bool = True) -> R
     return RunResult(run_dir=run_dir, funnel=funnel, seconds=seconds)
 
 
-def render_audit_report(store: RunStore, funnel: Funnel) -> None:
-    """Have the report application render ``audit/report.html`` from the audit's metrics.
-
-    The audit stage writes only ``audit/metrics.json`` (a stage never imports an application);
-    the page shows the metrics, the ratings and the whole funnel, so it is rendered again
-    when any stage was recomputed in this run, or when it is missing.
-    """
-    if not store.has_artifact(layout.AUDIT_METRICS):
-        return
-    if store.has_artifact(layout.AUDIT_REPORT) and all(s.recomputed is None for s in funnel):
-        return
-    from arenaforge.pipeline.apps.report import build_report
-
-    build_report(store)
-
-
 __all__ = [
+    "AfterRun",
     "ContractChainError",
     "ModelUnavailableError",
     "RunResult",
@@ -473,7 +472,6 @@ __all__ = [
     "check_chain",
     "check_models_available",
     "plan_shards",
-    "render_audit_report",
     "run_pipeline",
     "run_stage",
     "run_stages",

@@ -98,6 +98,13 @@ def test_the_contract_hands_stages_the_artifact_names_and_fan_out_of_their_owner
     assert set(stage.__all__) <= set(dir(stage))
 
 
+def test_the_runner_imports_no_application():
+    """A run ends with the audit page through a post-run hook its caller hands in (``arenaforge
+    run``, ``arenaforge.pipeline.run``): the engine does not reach up into an application."""
+    names = _imported("arenaforge.pipeline.runner", MODULES["arenaforge.pipeline.runner"])
+    assert not [n for n in names if n.startswith("arenaforge.pipeline.apps")]
+
+
 def cycles(graph: dict[str, set[str]]) -> list[list[str]]:
     """The import cycles of ``graph``: its strongly connected components of more than one
     module (Tarjan), each sorted."""

@@ -138,3 +138,54 @@ def test_funnel_table_shows_wall_and_busy_share(tmp_path):
     again = run_toy(tmp_path, InlineExecutor(1))
     assert [r.utilization_last_attempt for r in again] == [
         r.utilization_last_attempt for r in funnel]
+
+
+def test_after_run_hooks_see_the_finished_run_in_order(tmp_path):
+    """The runner's way to end a run with an application's work (the audit page) without
+    importing it: each hook gets the store, the summary already written, and the funnel."""
+    from arenaforge.pipeline.runner import run_stages
+
+    from tests.toy_pipeline import SPECS, FilterConfig, GenConfig, toy_ctx
+
+    seen = []
+
+    def hook(name):
+        return lambda store, funnel: seen.append(
+            (name, store.has_artifact("stats.json"), funnel.names()))
+
+    store = RunStore(tmp_path)
+    store.open("toy", "toy: true\n")
+    cfgs = {"gen": GenConfig(), "square": SquareConfig(), "filter": FilterConfig()}
+    run_stages(SPECS, cfgs, toy_ctx(tmp_path), store, InlineExecutor(1), 2,
+               show_progress=False, after_run=(hook("a"), hook("b")))
+    assert seen == [(n, True, ["gen", "square", "filter"]) for n in ("a", "b")]
+
+
+def test_the_python_api_and_the_cli_hand_the_runner_the_report_hook(monkeypatch, tmp_path):
+    """``arenaforge.pipeline.run`` renders audit/report.html as ``arenaforge run`` does (the
+    README: the Python API mirrors the CLI), and the CLI's run is that same function."""
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    import arenaforge.pipeline as api
+    from arenaforge.pipeline import runner
+    from arenaforge.pipeline.apps.report import report_after_run
+    from arenaforge.pipeline.cli import app
+    from typer.testing import CliRunner
+
+    calls = []
+
+    def fake_run_pipeline(cfg, **kwargs):
+        calls.append(kwargs)
+        return SimpleNamespace(run_dir=tmp_path, funnel=None)
+
+    monkeypatch.setattr(runner, "run_pipeline", fake_run_pipeline)
+    extra = lambda store, funnel: None
+    api.run("cfg", show_progress=False, after_run=(extra,))
+    assert calls == [{"show_progress": False, "after_run": (report_after_run, extra)}]
+
+    root = Path(__file__).resolve().parents[1]
+    result = CliRunner().invoke(app, ["run", str(root / "configs" / "smoke.yaml"), "--run-dir",
+                                      str(tmp_path / "r"), "--quiet"])
+    assert result.exit_code == 0, result.output
+    assert calls[1]["after_run"] == (report_after_run,) and calls[1]["show_progress"] is False

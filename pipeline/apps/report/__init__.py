@@ -3,9 +3,10 @@
 ``render_report(metrics, ratings=None, funnel=None)`` fills ``template.html.j2`` with the
 metrics dict of ``arenaforge.stages.output.audit.audit_table`` (its schema is that module's
 docstring), the ratings table of the ``rate`` stage and the run's funnel. The audit stage writes
-only ``audit/metrics.json``; ``build_report`` renders a run's page from it (the runner calls it
-after a run that audited, ``arenaforge report`` on demand) and ``audit_file`` audits a user's
-own table (``arenaforge audit``).
+only ``audit/metrics.json``; ``build_report`` renders a run's page from it (after a run that
+audited, through the post-run hook ``report_after_run`` that ``arenaforge run`` and
+``arenaforge.pipeline.run`` hand the runner; ``arenaforge report`` on demand) and
+``audit_file`` audits a user's own table (``arenaforge audit``).
 """
 
 from __future__ import annotations
@@ -157,3 +158,19 @@ def build_report(run_dir: Any) -> Path | str:
     ratings = pd.read_parquet(io.BytesIO(ratings)) if ratings is not None else None
     return store.write_artifact(layout.AUDIT_REPORT,
                                 render_report(metrics, ratings, store.funnel()))
+
+
+def report_after_run(store: Any, funnel: Any) -> None:
+    """The post-run hook of ``arenaforge run`` and ``arenaforge.pipeline.run``
+    (``arenaforge.pipeline.runner.AfterRun``): render ``audit/report.html`` from the audit's
+    metrics.
+
+    The audit stage writes only ``audit/metrics.json`` (a stage never imports an application,
+    nor the runner one); the page shows the metrics, the ratings and the whole funnel, so it is
+    rendered again when any stage was recomputed in this run, or when it is missing.
+    """
+    if not store.has_artifact(layout.AUDIT_METRICS):
+        return
+    if store.has_artifact(layout.AUDIT_REPORT) and all(s.recomputed is None for s in funnel):
+        return
+    build_report(store)

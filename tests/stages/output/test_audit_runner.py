@@ -1,4 +1,5 @@
-"""``rate`` and ``audit`` under the real runner, store and RunContext, then ``build_report``."""
+"""``rate`` and ``audit`` under the real runner, store and RunContext with the report hook, then
+``build_report``."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ from pathlib import Path
 from types import SimpleNamespace
 
 import pyarrow as pa
-from arenaforge.pipeline.apps.report import build_report
+from arenaforge.pipeline.apps.report import build_report, report_after_run
 from arenaforge.pipeline.context import RunContext
 from arenaforge.pipeline.executors import InlineExecutor
 from arenaforge.pipeline.runner import run_stages
@@ -47,8 +48,10 @@ def test_rate_and_audit_in_a_real_run(tmp_path):
                              models_file=ROOT / "configs" / "models.yaml")
     store = RunStore(tmp_path)
     store.open("t", "t: true\n")
+    # the report hook `arenaforge run` hands the runner (the runner imports no application)
     funnel = run_stages(specs, cfgs, RunContext(tmp_path, config, threads=1), store,
-                        InlineExecutor(1), 1000, show_progress=False)
+                        InlineExecutor(1), 1000, show_progress=False,
+                        after_run=(report_after_run,))
 
     assert funnel.names() == ["answer", "judge", "verify", "rate", "audit"]
     assert funnel[3].rows_out == len(answer) and funnel[4].rows_out == len(verify)
