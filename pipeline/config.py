@@ -17,12 +17,17 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
+from arenaforge.pipeline.embedder import Precision
 from arenaforge.pipeline.sandbox.config import SandboxConfig
 from arenaforge.stages import PIPELINE
+
+# Named stage modules, not the registry (``get_stage(name).config``): ``RunConfig`` declares one
+# field per stage with its config class statically, so an editor, a type checker and grep
+# follow ``cfg.judge.protocol`` to its field (tests/test_config.py checks that each class is
+# its stage spec's ``config``).
 from arenaforge.stages.arena.answer import AnswerConfig
 from arenaforge.stages.arena.judge import JudgeConfig
 from arenaforge.stages.arena.rate import RateConfig
-from arenaforge.stages.common.embeddings import Precision
 from arenaforge.stages.instructions.clean import CleanConfig
 from arenaforge.stages.instructions.decontaminate import DecontaminateConfig
 from arenaforge.stages.instructions.difficulty import DifficultyConfig

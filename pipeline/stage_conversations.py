@@ -11,6 +11,12 @@ sends changes what is checked. Magpie mining's pre-query prompt is built by
 The repair stage builds its conversation inside its loop (no builder to call): its shape here
 is the loop's (system, instruction, answer, feedback, then another answer and feedback), with
 the stage's own system prompt and its :func:`~arenaforge.stages.verification.repair.feedback_text`.
+
+A judged stage's protocol (difficulty, judge) is found through its config section
+(``protocol_registry``, the ``JudgedSection`` contract), not by naming its module. The
+conversation builders are named: they are the stages' own functions, which a ``StageSpec``
+does not carry (it declares what a stage reads and writes, not what it sends), and the shapes
+must be built by them for the check to follow the stages.
 """
 
 from __future__ import annotations
@@ -29,9 +35,7 @@ SAMPLE_REFERENCE = "def add(a, b):\n    return a + b\n"
 
 def difficulty_shapes(section: Any) -> list[Shape]:
     """The difficulty judges' requests (the rating, and the task question when asked)."""
-    from arenaforge.stages.instructions.difficulty import PROTOCOLS
-
-    protocol = PROTOCOLS[section.protocol]
+    protocol = section.protocol_registry[section.protocol]
     shapes = [("rating", protocol.conversation(SAMPLE_INSTRUCTION))]
     if protocol.asks_task and section.min_task_prob is not None:
         shapes.append(("task question", protocol.task_conversation(SAMPLE_INSTRUCTION)))
@@ -39,6 +43,7 @@ def difficulty_shapes(section: Any) -> list[Shape]:
 
 
 def answer_shapes(section: Any) -> list[Shape]:
+    # named: the stage's own builder (see the module's docstring)
     from arenaforge.stages.arena.answer import build_conversation
 
     return [("answer", build_conversation(SAMPLE_INSTRUCTION, section.system_prompt))]
@@ -57,9 +62,10 @@ def _first_reply(protocol: Any, section: Any) -> Any:
 
 def judge_shapes(section: Any) -> list[Shape]:
     """The judge protocol's requests in both orders, and its second round when it has one."""
+    # named: a battle and the two-round protocols are the judge protocols' own types
     from arenaforge.stages.arena import protocols as jp
 
-    protocol = jp.PROTOCOLS[section.protocol]
+    protocol = section.protocol_registry[section.protocol]
     reference = SAMPLE_REFERENCE if section.reference_column else None
     battle = jp.Battle("0" * 64, SAMPLE_INSTRUCTION, "model-a", "model-b", *SAMPLE_ANSWERS,
                        reference)
@@ -74,6 +80,7 @@ def judge_shapes(section: Any) -> list[Shape]:
 
 def tests_shapes(section: Any) -> list[Shape]:
     """The test writers' request and, with ``inputs_call: second_call``, the generator one."""
+    # named: the stage's own builders and its parsed-tests types (see the module's docstring)
     from arenaforge.stages.verification.test_parsing import EntryPoint, ParsedTests
     from arenaforge.stages.verification.tests import build_conversation, inputs_conversation
 
@@ -90,6 +97,7 @@ def tests_shapes(section: Any) -> list[Shape]:
 
 def repair_shapes(section: Any) -> list[Shape]:
     """The repair loop's conversation after its first and its second feedback."""
+    # named: the stage's system prompt and feedback text (it has no builder to call)
     from arenaforge.stages.common.prompt_templates import load_template
     from arenaforge.stages.verification.repair import feedback_text
 
@@ -108,16 +116,14 @@ CHAT_SHAPES = {"difficulty": difficulty_shapes, "answer": answer_shapes, "judge"
                "tests": tests_shapes, "repair": repair_shapes}
 
 
-def reads_logprobs(stage: str, section: Any) -> bool:
-    """Whether ``stage`` reads next-token probabilities (its prompts are then rendered on the
-    client even for a served model, whose server renders only chat)."""
-    if stage == "difficulty":
-        from arenaforge.stages.instructions.difficulty import PROTOCOLS
-    elif stage == "judge":
-        from arenaforge.stages.arena.protocols import PROTOCOLS
-    else:
+def reads_logprobs(section: Any) -> bool:
+    """Whether the stage of config ``section`` reads next-token probabilities (its prompts are
+    then rendered on the client even for a served model, whose server renders only chat): a
+    judged section's protocol (``JudgedSection.protocol_registry``) says."""
+    protocols = getattr(section, "protocol_registry", None)
+    if protocols is None:  # a stage without protocols reads no probabilities
         return False
-    return PROTOCOLS[section.protocol].needs == "next_token_logprobs"
+    return protocols[section.protocol].needs == "next_token_logprobs"
 
 
 def stage_shapes(stage: str, section: Any) -> list[Shape]:

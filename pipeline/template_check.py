@@ -134,6 +134,8 @@ def _hint(spec: Any, info: TemplateInfo, shape: list[dict[str, str]]) -> str:
 
 def check_mining(spec: Any, info: TemplateInfo | None, section: Any) -> tuple[list[str], str]:
     """Mining's pre-query prompt per language; returns the shapes and an error ('' if none)."""
+    # named, not through the stage registry: the pre-query is built from each model's own
+    # template and family, not from the config alone, by the mine stage's helper module
     from arenaforge.stages.instructions.pre_query import PreQueryError, build_pre_query
 
     render = _renderer(spec, info) if info is not None and info.template else None
@@ -170,7 +172,7 @@ def render_config(cfg: Any) -> tuple[list[ModelRender], list[RenderProblem]]:
             if info is None:  # nothing local holds the template
                 # a server renders chat itself; mining and logprob readings render here
                 served_chat = (spec.backend == "openai" and stage != "mine"
-                               and not reads_logprobs(stage, section))
+                               and not reads_logprobs(section))
                 if spec.chat_template_source != "server" and not served_chat:
                     problems.append(RenderProblem(model_id, stage, "template", done.source))
                 continue
