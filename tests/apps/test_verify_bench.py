@@ -135,12 +135,13 @@ def test_lost_reason_names_the_step_that_stopped_the_right_answer(result, expect
 
 def test_evidence_thresholds_trade_precision_for_yield():
     rows = {(e["evidence"], e["at_least"]): e for e in evidence_table(_results())}
-    assert rows[("tests_passed", 1)]["precision"] == proportion(2, 3)
+    assert rows[("judge_score", 1.5)]["precision"] == proportion(2, 2)  # not t2 (1.0)
     assert rows[("tests_passed", 2)]["precision"] == proportion(2, 2)
     assert rows[("tests_passed", 2)]["yield_of_solvable"] == proportion(2, 4)
+    assert rows[("tests_passed", 4)]["yield_of_solvable"] == proportion(1, 4)
     assert rows[("tests_passed", 8)]["rows"] == 0
     assert rows[("judge_score", 2.5)]["precision"] == proportion(1, 1)
-    assert not any(e["evidence"] == "test_authors" for e in rows.values())  # no row has it
+    assert not any(e["evidence"] == "other_authors" for e in rows.values())  # no row has it
 
 
 # -- problems ---------------------------------------------------------------------------------

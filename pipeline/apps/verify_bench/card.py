@@ -12,9 +12,9 @@ Definitions (every rate with its exact Clopper-Pearson 95% interval, ``intervals
 * ``lost_by_admission``: the solvable problems without a verified row, by what stopped their
   right answer (``lost_reason``).
 * ``experts``: per model, answers that pass / answers.
-* ``evidence``: precision and yield of the verified rows whose evidence (``tests_passed``,
-  ``judge_score``, ``test_authors``: the number of trusted tests' authors) is at least a
-  threshold, as a user filtering the dataset would keep them.
+* ``evidence``: precision and yield of the verified rows whose evidence (the dataset's
+  ``tests_passed``, ``pass_fraction``, ``evidence_strength``, ``other_authors``,
+  ``judge_score``) is at least a threshold, as a user filtering the dataset would keep them.
 """
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ from arenaforge.stages.common.intervals import proportion
 from arenaforge.stages.verification.grading import ADMISSION_STEPS, VERIFIED
 
 THRESHOLDS: dict[str, tuple[float, ...]] = {
-    "tests_passed": (1, 2, 4, 8), "judge_score": (1.5, 2.0, 2.5), "test_authors": (1, 2)}
+    "tests_passed": (2, 4, 8), "pass_fraction": (1.0,), "evidence_strength": (2, 3, 4),
+    "other_authors": (1,), "judge_score": (1.5, 2.0, 2.5)}
 NOT_SELECTED = "not_selected"
 GATE_ADMITTED = "gate_admitted_unverified"  # emitted by the judge gate, not verified
 NO_ARENA = "no_answer"  # reached no stage's drops and has no answer (a failed request)

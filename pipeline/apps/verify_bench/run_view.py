@@ -17,8 +17,9 @@ from typing import Any
 from arenaforge.pipeline.store import RunStore
 
 BEFORE_ARENA = ("clean", "difficulty", "decontaminate", "compress")
-# the emitted row's evidence a user can filter on (those the dataset carries)
-EVIDENCE = ("tests_passed", "judge_score", "test_authors")
+# the emitted row's evidence a user can filter on (emit_provenance; a run made before a
+# column existed reads it as null)
+EVIDENCE = ("tests_passed", "pass_fraction", "evidence_strength", "other_authors", "judge_score")
 
 
 @dataclasses.dataclass
@@ -78,13 +79,10 @@ def read_run(run_dir: str | Path) -> RunView:
             k: r.get(k) for k in ("admission", "selected", "verified", "status")}
     for r in _rows(store, "emit", ["instruction_id", "source_model", "verified", "messages",
                                    "admission", "gate_admitted", *EVIDENCE]):
-        authors = r.get("test_authors")
         view.emitted[r["instruction_id"]] = {
             "model": r["source_model"], "verified": bool(r["verified"]),
             "text": assistant_text(r["messages"]), "admission": r.get("admission"),
-            "gate_admitted": bool(r.get("gate_admitted")),
-            "tests_passed": r.get("tests_passed"), "judge_score": r.get("judge_score"),
-            "test_authors": None if authors is None else len(authors)}
+            "gate_admitted": bool(r.get("gate_admitted")), **{k: r.get(k) for k in EVIDENCE}}
     for r in _rows(store, "emit", ["instruction_id", "reason", "row"], "dropped"):
         model = json.loads(r["row"]).get("model") if r.get("row") else None
         if model:
