@@ -25,6 +25,7 @@ HARNESS_ENTRY = "run.py"
 # The job's tmpfs: a path no host directory that is bound in (the interpreter, a virtual
 # environment, toolchains) is likely to lie under; ``sandbox_command`` refuses one that does.
 WORK_DIR = "/job"
+ENV_DIR = "/opt/arenaforge-env"  # a virtual environment /tmp would hide is bound here
 SLOT_LIMIT = 1024
 # Modules a fork-server imports once so that jobs importing them start fast.
 PRELOAD = ("re", "math", "collections", "itertools", "functools", "heapq", "bisect", "string",
@@ -100,12 +101,33 @@ def acquire_slots(n: int, uid_base: int) -> list[Slot]:
     raise RuntimeError(f"no free sandbox slot among {SLOT_LIMIT} uids from {uid_base}")
 
 
-def _python_dirs() -> list[str]:
-    """Host directories the interpreter needs, outside /usr, deduplicated by containment."""
-    wanted = {os.path.realpath(p) for p in (sys.base_prefix, sys.prefix,
-                                            os.path.dirname(os.path.realpath(sys.executable)))}
-    dirs = sorted(p for p in wanted if not (p == "/usr" or p.startswith("/usr/")))
-    return [d for d in dirs if not any(d != o and d.startswith(o + "/") for o in dirs)]
+def _hidden(path: str) -> bool:
+    """Whether the sandbox's own mounts (the job's tmpfs, /tmp, the harness) would hide
+    ``path``: the fork server mounts a fresh /tmp and work dir for every job."""
+    return any(path == d or path.startswith(d + "/") for d in (WORK_DIR, "/tmp", HARNESS_DIR))
+
+
+def _python_binds() -> list[tuple[str, str]]:
+    """(host, inside) directories the interpreter needs, outside /usr, deduplicated by
+    containment. The interpreter's own (its base prefix, its executable's directory) keep their
+    paths; a virtual environment that the sandbox's /tmp would hide (a checkout under /tmp, as
+    a CI clone may be) is bound at ``ENV_DIR`` instead: jobs need only its site-packages, which
+    the harness is given at that path (``harness_config``)."""
+    interpreter = {os.path.realpath(p) for p in
+                   (sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))}
+    env = os.path.realpath(sys.prefix)
+    wanted = sorted(p for p in interpreter | {env} if not (p == "/usr" or p.startswith("/usr/")))
+    dirs = [d for d in wanted if not any(d != o and d.startswith(o + "/") for o in wanted)]
+    return [(d, ENV_DIR if d == env and d not in interpreter and _hidden(d) else d)
+            for d in dirs]
+
+
+def _inside(path: str) -> str:
+    """Where the host ``path`` lies inside the sandbox (see ``_python_binds``)."""
+    for host, inside in _python_binds():
+        if path == host or path.startswith(host + "/"):
+            return inside + path[len(host):]
+    return path
 
 
 def _mkdirs(path: str) -> list[str]:
@@ -132,6 +154,8 @@ def harness_config(*, isolated: bool, verdict_fd: int, max_jobs: int, cfg, secco
                    work_dir: str, preload: Sequence[str], uid: int | None) -> str:
     """The argv the harness decodes: marshal (cheap to load, no json import), hex-encoded."""
     paths = site.getsitepackages() if cfg.site_packages else []
+    if isolated:
+        paths = [_inside(p) for p in paths]
     return marshal.dumps({"uid": uid,
         "isolated": isolated, "verdict_fd": verdict_fd, "max_jobs": max_jobs,
         "output_limit": cfg.output_limit_bytes, "tail_bytes": cfg.tail_bytes,
@@ -166,12 +190,12 @@ def sandbox_command(harness_cfg: str, cfg, cgroup_procs: Sequence[str] = (),
         args += ["--unshare-all", "--unshare-user"]
     args += ["--die-with-parent", "--new-session", "--clearenv", "--hostname", "sandbox",
              *_root_layout()]
-    for path in (*_python_dirs(), *binds):
-        if any(path == d or path.startswith(d + "/") for d in (WORK_DIR, "/tmp", HARNESS_DIR)):
-            raise RuntimeError(f"sandbox: {path} must be bound in, but the sandbox's own "
+    for host, inside in (*_python_binds(), *((b, b) for b in binds)):
+        if _hidden(inside):
+            raise RuntimeError(f"sandbox: {host} must be bound in, but the sandbox's own "
                                f"{WORK_DIR}, /tmp or {HARNESS_DIR} would hide it; install it "
                                "elsewhere")
-        args += [*_mkdirs(path), "--ro-bind", path, path]
+        args += [*_mkdirs(inside), "--ro-bind", host, inside]
     args += [*_mkdirs(HARNESS_DIR), "--ro-bind", str(HARNESS_HOST_DIR), HARNESS_DIR,
              "--proc", "/proc", "--dev", "/dev",
              "--perms", "1777", "--size", work_bytes, "--tmpfs", "/tmp",
