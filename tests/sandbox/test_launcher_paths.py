@@ -22,6 +22,8 @@ def test_the_interpreters_dirs_are_bound_where_jobs_find_them():
 def test_a_virtual_environment_under_tmp_is_bound_at_its_own_place(monkeypatch):
     # a CI clone under /tmp: its .venv would vanish under each job's fresh /tmp
     monkeypatch.setattr(launcher.sys, "prefix", "/tmp/clone/.venv")
+    monkeypatch.setattr(launcher.sys, "base_prefix", "/usr")
+    monkeypatch.setattr(launcher.sys, "executable", "/usr/bin/python3")
     monkeypatch.setattr(launcher.os.path, "realpath", lambda p: p)
     binds = dict(launcher._python_binds())
     assert binds["/tmp/clone/.venv"] == launcher.ENV_DIR
