@@ -66,9 +66,15 @@ def _start(config: Path, mark: str, delays: str, *overrides: str) -> subprocess.
                RAY_TMPDIR=_ray_tmp(mark), STANDIN_VLLM_DELAYS=delays)
     env.pop("RAY_ADDRESS", None)
     sets = [arg for s in overrides for arg in ("--set", s)]
-    return subprocess.Popen([sys.executable, "-m", "arenaforge.pipeline.cli", "run", str(config),
-                             "--quiet", *sets], env=env, start_new_session=True, text=True,
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    argv = [sys.executable, "-m", "arenaforge.pipeline.cli", "run", str(config), "--quiet", *sets]
+    # As from a terminal: a suite started in the background of a non-interactive shell (`cmd &`,
+    # nohup in CI) ignores SIGINT, every child inherits that, and the run rightly keeps it
+    # ignored. Reset it, then exec the CLI in the same process (the pid the test signals).
+    exec_with_sigint = ("import os, signal, sys; signal.signal(signal.SIGINT, signal.SIG_DFL); "
+                        "os.execv(sys.executable, sys.argv[1:])")
+    return subprocess.Popen([sys.executable, "-c", exec_with_sigint, *argv], env=env,
+                            start_new_session=True, text=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT)
 
 
 def _ray_tmp(mark: str) -> str:
