@@ -72,16 +72,8 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
         quiet: Annotated[bool, typer.Option(help="No progress display.")] = False) -> None:
     """Run the pipeline; a rerun resumes where the last one stopped."""
     from arenaforge.pipeline import run as run_with_report  # the Python API's run, the same run
-    from arenaforge.pipeline.placement import PlacementError
-    from arenaforge.pipeline.runner import (
-        ContractChainError,
-        ModelUnavailableError,
-        RunStopped,
-        StageFailedError,
-    )
-    from arenaforge.pipeline.sandbox.languages import ToolchainUnavailable
-    from arenaforge.pipeline.store import StoreError
-    from arenaforge.stages.instructions.sources import InstructionSourceError
+    from arenaforge.pipeline.run_failures import run_failure
+    from arenaforge.pipeline.runner import RunStopped
 
     overrides = list(set_ or [])
     overrides += [f"name={name}"] if name else []
@@ -103,18 +95,11 @@ def run(config: Annotated[Path, typer.Argument(help="Run config YAML.")] = DEFAU
     except RunStopped as stop:  # SIGINT or SIGTERM: Ray is down, the committed shards kept
         console.print(stop.describe(), highlight=False, markup=False, soft_wrap=True)
         raise typer.Exit(stop.exit_code) from None
-    except (StoreError, ContractChainError, ModelUnavailableError,
-            InstructionSourceError, PlacementError, ToolchainUnavailable) as exc:
-        _fail(str(exc))
-    except StageFailedError as exc:
-        _fail(str(exc), code=1)
     except Exception as exc:
-        from arenaforge.pipeline.shards import is_fatal
-
-        if not is_fatal(exc) or isinstance(exc, KeyboardInterrupt):
+        failure = run_failure(exc)
+        if failure is None:
             raise
-        # A model, server or sandbox that cannot serve: say which, keep what was written.
-        _fail(f"{type(exc).__name__}: {exc} (completed shards are kept; rerun to resume)", 1)
+        _fail(*failure)
     from arenaforge.pipeline.filesystem import display
 
     console.print(f"run directory: {display(result.run_dir)}")

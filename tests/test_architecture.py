@@ -29,7 +29,7 @@ KIT_NAMING_STAGES = {
     "arenaforge.pipeline.config": "RunConfig declares each stage's config class statically",
     "arenaforge.pipeline.stage_conversations": "the stages' own conversation builders",
     "arenaforge.pipeline.template_check": "mining's pre-query builder (per model, not config)",
-    "arenaforge.pipeline.cli": "the mine stage's InstructionSourceError, a usage error",
+    "arenaforge.pipeline.run_failures": "the mine stage's InstructionSourceError, a usage error",
 }
 # Design notes that live outside the project; nothing in it may cite them.
 OUTSIDE_DOCUMENTS = ("DESIGN.md", "CONVENTIONS.md", "SANDBOX.md")

@@ -113,32 +113,19 @@ def bench_config(config: Path, out: Path, overrides: Sequence[str]) -> tuple[Any
 
 
 def run_checked(cfg: Any, fresh: bool, show_progress: bool) -> Any:
-    """``run_pipeline``, its failures as ``BenchError`` (2: nothing could start, 1: a stage
-    failed or a model could not serve; completed shards are kept)."""
-    from arenaforge.pipeline.placement import PlacementError
-    from arenaforge.pipeline.runner import (
-        ContractChainError,
-        ModelUnavailableError,
-        StageFailedError,
-        run_pipeline,
-    )
-    from arenaforge.pipeline.sandbox.languages import ToolchainUnavailable
-    from arenaforge.pipeline.shards import is_fatal
-    from arenaforge.pipeline.store import StoreError
-    from arenaforge.stages.instructions.sources import InstructionSourceError
+    """``run_pipeline``, its failures as ``BenchError`` with the code ``arenaforge run`` gives
+    them (``arenaforge.pipeline.run_failures``: 2 nothing could start, 1 a stage failed or a
+    model could not serve; completed shards are kept)."""
+    from arenaforge.pipeline.run_failures import run_failure
+    from arenaforge.pipeline.runner import run_pipeline
 
     try:
         return run_pipeline(cfg, fresh=fresh, show_progress=show_progress)
-    except (StoreError, ContractChainError, ModelUnavailableError, InstructionSourceError,
-            PlacementError, ToolchainUnavailable) as exc:
-        raise BenchError(str(exc)) from None
-    except StageFailedError as exc:
-        raise BenchError(str(exc), code=1) from None
     except Exception as exc:
-        if not is_fatal(exc) or isinstance(exc, KeyboardInterrupt):
+        failure = run_failure(exc)
+        if failure is None:
             raise
-        raise BenchError(f"{type(exc).__name__}: {exc} (completed shards are kept; rerun "
-                         "to resume)", code=1) from None
+        raise BenchError(*failure) from None
 
 
 def problem_id(problem: Problem) -> str:
