@@ -190,7 +190,8 @@ def with_test_authors(table: pa.Table, tests: pa.Table) -> pa.Table:
 
 
 def with_evidence(table: pa.Table, tests: pa.Table) -> pa.Table:
-    """``table`` with the evidence columns of each answer (see the module docstring).
+    """``table`` (with its ``test_authors``: ``with_test_authors``) with the evidence columns
+    of each answer (see the module docstring).
 
     >>> tests = pa.table({"instruction_id": ["i", "i", "i"], "author": ["a", "b", "instruction"],
     ...     "survived": [True, True, True], "kind": ["written", "written", "example"],
@@ -198,7 +199,7 @@ def with_evidence(table: pa.Table, tests: pa.Table) -> pa.Table:
     ...     "graded_passed_by": [["a", "b"], ["b"], ["a", "b"]], "passed_by": [[], [], []]})
     >>> answers = pa.table({"instruction_id": ["i"], "model": ["a"], "repaired": [False],
     ...     "tests_visible_passed": [2], "tests_visible": [3]})
-    >>> row = with_evidence(answers, tests).to_pylist()[0]
+    >>> row = with_evidence(with_test_authors(answers, tests), tests).to_pylist()[0]
     >>> row["evidence_passed"], row["evidence_strength"], row["other_authors"], row["pass_fraction"]
     (['example', 'written+passer'], 4, 1, 0.6666666666666666)
     """
@@ -210,11 +211,11 @@ def with_evidence(table: pa.Table, tests: pa.Table) -> pa.Table:
     models = table.column("model").to_pylist()
     repaired = (table.column("repaired").to_pylist() if "repaired" in table.column_names
                 else [False] * table.num_rows)
-    passed, strongest, others = [], [], []
+    others = [len(set(authors or ()) - {model})
+              for authors, model in zip(table.column("test_authors").to_pylist(), models)]
+    passed, strongest = [], []
     for iid, model, fixed in zip(ids, models, repaired):
         rows = trusted.get(iid, [])
-        authors = {r["author"] for r in rows if r["kind"] == WRITTEN}
-        others.append(len(authors - {model}))
         if fixed:
             passed.append(None)
             strongest.append(None)
