@@ -101,10 +101,15 @@ def acquire_slots(n: int, uid_base: int) -> list[Slot]:
     raise RuntimeError(f"no free sandbox slot among {SLOT_LIMIT} uids from {uid_base}")
 
 
+def _under(path: str, folder: str) -> bool:
+    """``path`` is ``folder`` or lies inside it."""
+    return path == folder or path.startswith(folder + "/")
+
+
 def _hidden(path: str) -> bool:
     """Whether the sandbox's own mounts (the job's tmpfs, /tmp, the harness) would hide
     ``path``: the fork server mounts a fresh /tmp and work dir for every job."""
-    return any(path == d or path.startswith(d + "/") for d in (WORK_DIR, "/tmp", HARNESS_DIR))
+    return any(_under(path, d) for d in (WORK_DIR, "/tmp", HARNESS_DIR))
 
 
 def _python_binds() -> list[tuple[str, str]]:
@@ -116,8 +121,8 @@ def _python_binds() -> list[tuple[str, str]]:
     interpreter = {os.path.realpath(p) for p in
                    (sys.base_prefix, os.path.dirname(os.path.realpath(sys.executable)))}
     env = os.path.realpath(sys.prefix)
-    wanted = sorted(p for p in interpreter | {env} if not (p == "/usr" or p.startswith("/usr/")))
-    dirs = [d for d in wanted if not any(d != o and d.startswith(o + "/") for o in wanted)]
+    wanted = sorted(p for p in interpreter | {env} if not _under(p, "/usr"))
+    dirs = [d for d in wanted if not any(d != o and _under(d, o) for o in wanted)]
     return [(d, ENV_DIR if d == env and d not in interpreter and _hidden(d) else d)
             for d in dirs]
 
@@ -125,7 +130,7 @@ def _python_binds() -> list[tuple[str, str]]:
 def _inside(path: str) -> str:
     """Where the host ``path`` lies inside the sandbox (see ``_python_binds``)."""
     for host, inside in _python_binds():
-        if path == host or path.startswith(host + "/"):
+        if _under(path, host):
             return inside + path[len(host):]
     return path
 
