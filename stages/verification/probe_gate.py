@@ -29,10 +29,11 @@ PROGRAM_PASS, PROGRAM_FAIL, PROGRAM_NO_TESTS = "pass", "fail", "no_tests"
 # the probe verdicts that say an answer has no usable code: never emitted, whatever the judge said
 NO_USABLE_CODE = (NO_CODE, NO_ENTRY_POINT, SIGNATURE_MISMATCH, IMPORT_ERROR)
 
-# Words between an example call and its value ("f(2) should return 4", "f(2) -> 4", "f(2) is 4").
+# Words between an example call and its value ("f(2) should return 4", "f(2) -> 4", "f(2) is 4",
+# HumanEval's "f(2) ==> 4" and "f(2) ➞ 4").
 _CONNECTOR = re.compile(
     r"\s*(?:`\s*)?(?:,?\s*(?:it\s+)?(?:should|would|will|must)\s+(?:return|output|give|be)"
-    r"|returns?|outputs?|gives|yields|==|=>|->|→|=|is|:)\s*(?:`\s*)?", re.IGNORECASE)
+    r"|returns?|outputs?|gives|yields|==>|==|=>|->|→|➞|=|is|:)\s*(?:`\s*)?", re.IGNORECASE)
 
 
 def _balanced_call(text: str, start: int) -> int | None:
@@ -74,11 +75,27 @@ def instruction_example(instruction: str | None, entry_point: str) -> str | None
     'assert add(2, 3) == 5'
     >>> instruction_example("Example: >>> evens([1, 2, 4])\\n[2, 4]", "evens")
     'assert evens([1, 2, 4]) == [2, 4]'
+    >>> instruction_example("// >>> evens([1, 2, 4])\\n// [2, 4]\\nfunction evens(xs) {", "evens")
+    'assert evens([1, 2, 4]) == [2, 4]'
     >>> instruction_example("Write add(a, b) returning their sum.", "add") is None
     True
     """
     if not instruction:
         return None
+    found = _example_in(instruction, entry_point)
+    if found is None and _COMMENT_PREFIX.search(instruction):
+        # A docstring translated into another language's comments (MultiPL-E's ``// >>> f(1)``
+        # then ``// 2``): the same example with the comment markers taken off each line.
+        found = _example_in(_COMMENT_PREFIX.sub("", instruction), entry_point)
+    return found
+
+
+# a line comment's marker at the start of a line: ``//``, ``#``, ``--``, ``;;``, a block comment's
+# ``*`` continuation, with the space after it
+_COMMENT_PREFIX = re.compile(r"(?m)^[ \t]*(?://+|#+|--|;+|\*(?!\*))[ \t]?")
+
+
+def _example_in(instruction: str, entry_point: str) -> str | None:
     for m in re.finditer(rf"\b{re.escape(entry_point)}\s*\(", instruction):
         end = _balanced_call(instruction, m.end() - 1)
         if end is None:
