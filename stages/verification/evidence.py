@@ -10,7 +10,7 @@ evidence it stands on (``trusted_by``) and how strong that is (``strength``):
 ========================  ========  ===============================================================
 ``example``               4         the instruction's own worked example (``f(2) returns 4``)
 ``authors_agree``         3         two or more authors (rule 2) expect the same value for one call
-``independent_author``    2         written by an author who is none of the answers' models
+``independent_author``    2         written by an author who answered none of the answers
 ``written+passer``        2         written by a contestant, passed by another program (rule 2)
 ``written``               1         written by a contestant, confirmed by no other model
 ``majority``              1         generated input: independent answers return the same value
@@ -95,7 +95,7 @@ import dataclasses
 import hashlib
 import json
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 
 from arenaforge.pipeline.statuses import ANSWERS_DISAGREE, CONTRADICTORY_TESTS
 from arenaforge.stages.verification.augment import Outcome
@@ -201,7 +201,8 @@ def _trust(row: dict, by: str) -> None:
 
 
 def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequence[Candidate],
-          example: Example | None, duplicates: Sequence[dict] = ()) -> Verdict:
+          example: Example | None, duplicates: Sequence[dict] = (),
+          contestants: Collection[str] | None = None) -> Verdict:
     """Decide trust for one instruction; updates the rows in place.
 
     Args:
@@ -212,11 +213,14 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
         example: the instruction's example, when it states one.
         duplicates: written rows whose text repeats an earlier test (not run): another author
             writing the same test is that author's agreement.
+        contestants: every model that answered the instruction (default: the candidates').
+            An author whose answer did not run (no code, no entry point, a compile error) is
+            still a contestant: its tests are no independent author's.
 
     Sets ``survived, reason, trusted_by, strength, passed_by, contradicted, consensus`` on
     every row (and ``expected, test_code`` on trusted augmented rows).
     """
-    models = {c.model for c in candidates}
+    models = {c.model for c in candidates} | set(contestants or ())
     for t, row in enumerate(written):
         row.update(reason=None, passed_by=[c.model for c in candidates if c.written[t]],
                    contradicted=[])

@@ -29,6 +29,7 @@ Example::
 
 from __future__ import annotations
 
+import ast
 import dataclasses
 import json
 import re
@@ -80,11 +81,17 @@ class CaseReply:
 
 def conversation(instruction: str, language: str, kind: str, entry_point: str | None, n: int,
                  k: int) -> list[dict[str, str]]:
-    """The request for ``n`` cases and ``k`` inputs of one task (no answer is shown)."""
+    """The request for ``n`` cases and ``k`` inputs of one task (no answer is shown). A function
+    task's author writes asserts in Python notation, whatever the solution's language (the
+    values are language-neutral, and asserts are what models write best: small models asked
+    for the same cases as JSON copy the prompt's example instead); a program's, JSON."""
+    inputs = fill(load_template("testgen_cases_inputs_function.txt"), k=str(k),
+                  entry_point=entry_point or PROGRAM_ENTRY) if k and kind == FUNCTION else ""
     user = fill(load_template(f"testgen_cases_{kind}.txt"), n=str(n), k=str(k),
                 language=display(language), entry_point=entry_point or PROGRAM_ENTRY,
-                instruction=instruction)
-    return [{"role": "system", "content": load_template("testgen_cases_system.txt")},
+                instruction=instruction, inputs=inputs)
+    system = "testgen_system.txt" if kind == FUNCTION else "testgen_cases_system.txt"
+    return [{"role": "system", "content": load_template(system)},
             {"role": "user", "content": user}]
 
 
@@ -107,12 +114,24 @@ def _json_object(text: str) -> dict | None:
 def parse_reply(text: str | None, kind: str, entry_point: str | None, *, max_cases: int,
                 max_inputs: int) -> CaseReply:
     """The cases, inputs and signature of one reply (at most ``max_cases`` and
-    ``max_inputs``); a reply without a JSON object holding a list of cases is a parse error."""
+    ``max_inputs``): a function's asserts (``assert f(1) == 2``; bare calls ``f(3)`` are its
+    inputs) or a JSON object holding a list of cases; a reply with neither is a parse error.
+
+    >>> r = parse_reply("```python\\nassert f([1], 'a') == 2\\nassert f([]) > 0\\nf([5], 'b')\\n```",
+    ...                 "function", "f", max_cases=5, max_inputs=5)
+    >>> r.cases, r.inputs
+    (({'args': [[1], 'a'], 'expected': 2}, {'unparsed': 'assert f([]) > 0'}), ([[5], 'b'],))
+    """
     if not text or not text.strip():
         return CaseReply(parse_error="empty output")
+    if kind == FUNCTION and entry_point:
+        asserted = _assert_reply(text, entry_point, max_cases, max_inputs)
+        if asserted is not None:
+            return asserted
     data = _json_object(text)
     if data is None:
-        return CaseReply(parse_error="no JSON object found")
+        return CaseReply(parse_error=f"no assert calling {entry_point} and no JSON object found"
+                         if kind == FUNCTION else "no JSON object found")
     cases = data.get("cases")
     if not isinstance(cases, list) or not cases:
         return CaseReply(parse_error="no list of cases in the JSON object")
@@ -123,22 +142,143 @@ def parse_reply(text: str | None, kind: str, entry_point: str | None, *, max_cas
                      tuple(cases[:max_cases]), tuple(inputs[:max_inputs]))
 
 
+def _assert_reply(text: str, entry: str, max_cases: int, max_inputs: int) -> CaseReply | None:
+    """A function author's asserts as cases (the Python path's parser reads them, so an author
+    that calls the function by a name of its own is read alike); an assert that is not a call
+    with literal arguments equal to a literal is kept as ``{"unparsed": text}`` (a test fault
+    of its author, counted as a parse error). None when the reply holds no assert."""
+    from arenaforge.stages.verification.test_parsing import extract_tests, python_blocks
+
+    parsed = extract_tests(text, entry, max_tests=max_cases)
+    if not parsed.tests:
+        return None
+    cases = tuple(_case_of_assert(t, entry) for t in parsed.tests)
+    names, inputs = {entry, parsed.author_name}, []
+    for block in python_blocks(text):
+        for line in block.splitlines():
+            try:
+                node = ast.parse(line.strip(), mode="eval").body
+            except (SyntaxError, ValueError, RecursionError, MemoryError):
+                continue
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Name) \
+                    and node.func.id in names and not node.keywords:
+                args = _literal_args(node)
+                if args is not None:
+                    inputs.append(args)
+    return CaseReply(None, cases, tuple(inputs[:max_inputs]))
+
+
+def _literal_args(call: Any) -> list | None:
+    try:
+        return [_json_like(literal(ast.unparse(a))) for a in call.args]
+    except TypeError:
+        return None
+
+
+def _case_of_assert(test: str, entry: str) -> dict:
+    from arenaforge.stages.verification.test_split import call_and_expected
+
+    shape = call_and_expected(test, entry)
+    if shape is not None:
+        call = ast.parse(shape[0], mode="eval").body
+        args = _literal_args(call) if isinstance(call, ast.Call) and not call.keywords else None
+        try:
+            if args is not None:
+                return {"args": args, "expected": _json_like(literal(shape[1]))}
+        except TypeError:
+            pass
+    return {"unparsed": test}
+
+
 # -- entry points and signatures ---------------------------------------------------------------
 
 def entry_point(instruction: str, codes: Sequence[str | None], language: str, kind: str
                 ) -> tuple[str, str] | None:
     """``(entry point, where it came from)``: ``main``/``program`` for a program; the function
-    the instruction names, else the one most answers define (``answers``); None when no
-    answer defines a function."""
+    the instruction names or declares, else the one most answers define (``answers``); None when
+    no answer defines a function."""
     if kind == PROGRAM:
         return PROGRAM_ENTRY, "program"
     named = instruction_function_name(instruction)
+    if named is None and (stated := stated_declaration(instruction, language)) is not None:
+        named = stated[0]
     if named is not None:
         return named, "instruction"
     votes = Counter(n for code in codes for n in dict.fromkeys(function_names(code, language)))
     if not votes:
         return None
     return votes.most_common(1)[0][0], "answers"
+
+
+# the last line of a code block that reads as a declaration: a name, a parameter list without
+# literals, then a return type, a body's brace or nothing
+_DECLARATION = re.compile(r"\b(?P<name>[A-Za-z_]\w*)\s*\((?P<params>[^()]*)\)"
+                          r"[^;{}=\n]*\{?[ \t]*$")
+_NOT_NAMES = frozenset({"if", "for", "while", "switch", "return", "catch", "sizeof", "print"})
+# where a parameter's name stands: before its ``:`` (Python, Rust, TypeScript), first (Go), last
+# (C, C++, Java, JavaScript)
+_NAME_FIRST = frozenset({"go"})
+
+
+def stated_declaration(instruction: str | None, language: str, entry: str | None = None
+                       ) -> tuple[str, tuple[str, ...]] | None:
+    """``(name, parameter names)`` of the function the instruction declares: the last line of
+    its last code block when that is a declaration (a translated HumanEval prompt ends so), else
+    the first mention of ``entry`` with names for arguments (``add(a, b)``); None otherwise.
+
+    >>> stated_declaration("```cpp\\n// f(1, 2) is 3\\nlong long add(std::vector<long long> xs,"
+    ...                    " long long k)\\n```", "cpp")
+    ('add', ('xs', 'k'))
+    >>> stated_declaration("```go\\nfunc Add(numbers []int, k int) int {\\n```", "go")
+    ('Add', ('numbers', 'k'))
+    >>> stated_declaration("```rust\\nfn add(mut xs: Vec<i64>) -> i64 {\\n```", "rust")
+    ('add', ('xs',))
+    >>> stated_declaration("Write add(a, b); add(1, 2) returns 3.", "cpp", "add")
+    ('add', ('a', 'b'))
+    >>> stated_declaration("Write add; add([1, 2], 3) returns 6.", "cpp", "add") is None
+    True
+    """
+    blocks = [b.code for b in code_blocks(instruction or "") if b.code.strip()]
+    lines = [ln for ln in blocks[-1].splitlines() if ln.strip()] if blocks else []
+    m = _DECLARATION.search(lines[-1]) if lines else None
+    if m is not None and m.group("name") not in _NOT_NAMES:
+        names = _parameter_names(m.group("params"), language)
+        if names is not None:
+            return m.group("name"), names
+    if entry is None:
+        return None
+    for m in re.finditer(rf"\b{re.escape(entry)}\s*\((?P<params>[^()]*)\)", instruction or ""):
+        names = _parameter_names(m.group("params"), language)
+        if names is not None:
+            return entry, names
+    return None
+
+
+def _parameter_names(params: str, language: str) -> tuple[str, ...] | None:
+    """The names of a declaration's parameters; None when the list holds values (a call)."""
+    names = []
+    for piece in _top_level_split(params):
+        piece = re.split(r"(?<!:):(?!:)", piece.split("=", 1)[0].strip(), maxsplit=1)[0]
+        words = re.findall(r"[A-Za-z_]\w*", piece)
+        if not words or not re.fullmatch(r"[\w\s<>\[\]*&:,.]*", piece) \
+                or words[-1] in ("True", "False", "None", "true", "false", "null"):
+            return None  # a call with values, not a declaration
+        names.append(words[0] if language in _NAME_FIRST else words[-1])
+    return tuple(names)
+
+
+def _top_level_split(params: str) -> list[str]:
+    """``params`` split at the commas outside ``<>``, ``[]`` and ``{}``."""
+    pieces, depth, current = [], 0, ""
+    for ch in params:
+        depth += ch in "<[{"
+        depth -= ch in ">]}"
+        if ch == "," and depth == 0:
+            pieces.append(current)
+            current = ""
+        else:
+            current += ch
+    return [p for p in (*pieces, current) if p.strip()]
 
 
 def signature_text(sig: Signature) -> str:
@@ -151,10 +291,14 @@ def signature_text(sig: Signature) -> str:
     return f"def {sig.name}({params}) -> {sig.returns}"
 
 
-def choose_signature(entry: str, replies: Sequence[CaseReply], language: str) -> Signature:
-    """The instruction's signature: the complete one most authors give (with the entry point's
-    name; types that fit every case of theirs), else parameter names from any author and types
-    inferred from every case that has the usual number of arguments.
+def choose_signature(entry: str, replies: Sequence[CaseReply], language: str,
+                     stated: Sequence[str] | None = None, example: dict | None = None
+                     ) -> Signature:
+    """The instruction's signature. Its arity and parameter names are the ones the instruction
+    declares (``stated``) when it declares one, else the usual number of arguments of the
+    authors' cases; its types are the complete signature most authors give with that arity
+    (types that fit every case of theirs), else inferred from every case of that arity and the
+    instruction's own ``example``. An author's case of another arity is then its test fault.
 
     Raises:
         UnsupportedType: no types can be found, or the language cannot take them.
@@ -169,24 +313,30 @@ def choose_signature(entry: str, replies: Sequence[CaseReply], language: str) ->
             given.append(Signature(entry, sig.params, sig.returns))
     arities = Counter(len(c["args"]) for r in replies for c in r.cases
                       if isinstance(c, dict) and isinstance(c.get("args"), list))
+    n = len(stated) if stated is not None else (
+        arities.most_common(1)[0][0] if arities else None)
     complete = Counter(signature_text(s) for s in given if s.complete
-                       and (not arities or len(s.params) == arities.most_common(1)[0][0]))
+                       and (n is None or len(s.params) == n))
     if complete:
         chosen = parse_signature(complete.most_common(1)[0][0])
     else:
-        if not arities:
+        if n is None:
             raise UnsupportedType(f"{entry}: no case gives its arguments")
-        n = arities.most_common(1)[0][0]
         names = next((tuple(p for p, _ in s.params) for s in given if len(s.params) == n),
                      tuple(f"arg{i + 1}" for i in range(n)))
         cases = [c for r in replies for c in r.cases if isinstance(c, dict)
                  and isinstance(c.get("args"), list) and len(c["args"]) == n
                  and "expected" in c]
+        if example is not None and len(example["args"]) == n:
+            cases.append(example)
         params = tuple((name, infer_type((c["args"][i] for c in cases),
                                          f"parameter {name!r} of {entry}"))
                        for i, name in enumerate(names))
         chosen = Signature(entry, params, infer_type((c["expected"] for c in cases),
                                                      f"the return of {entry}"))
+    if stated is not None:
+        chosen = Signature(entry, tuple((name, t) for name, (_, t) in zip(stated, chosen.params)),
+                           chosen.returns)
     target(language).check_signature(chosen)
     return chosen
 
@@ -211,6 +361,9 @@ def check_case(kind: str, raw: Any, sig: Signature | None, language: str,
             raise CaseError("a case must be an object with text 'stdin' and 'stdout'")
         return IOCase(raw["stdin"], raw["stdout"])
     if expected:
+        if isinstance(raw, dict) and "unparsed" in raw:
+            raise CaseError("not a call with literal arguments equal to a literal value "
+                            "(tests as data need both)")
         if not isinstance(raw, dict) or "args" not in raw or "expected" not in raw:
             raise CaseError("a case must be an object with 'args' and 'expected'")
         case = call_case(raw["args"], raw["expected"])
@@ -278,8 +431,6 @@ def example_case(instruction: str, kind: str, entry: str) -> dict | None:
     assertion = instruction_example(instruction, entry)
     if assertion is None:
         return None
-    import ast
-
     test = ast.parse(assertion).body[0].test  # type: ignore[attr-defined]
     args = [literal(ast.unparse(a)) for a in test.left.args]
     value = literal(ast.unparse(test.comparators[0]))
@@ -343,7 +494,6 @@ def program_key_of(code: str | None, language: str, kind: str) -> str | None:
     ...     "int f()  {\\n  return 1;\\n}", "cpp", "function")
     True
     """
-    import ast
     import hashlib
 
     from arenaforge.stages.verification.evidence import program_key

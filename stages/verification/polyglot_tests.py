@@ -183,7 +183,8 @@ def _finish(task: dict, candidates: list[Candidate], seed: int, stats: dict) -> 
         call, expected, code = pc.case_fields(kind, rs[0]["entry_point"], example)
         shown = Example(call, expected)
     duplicates = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == DUPLICATE]
-    verdict = weigh(written, augmented, candidates, shown, duplicates)
+    verdict = weigh(written, augmented, candidates, shown, duplicates,
+                    contestants=[model for model, _ in task["answers"]])
     for row in rs:
         row.update(suite_status=verdict.status, suite_detail=verdict.detail)
     for j, row in enumerate(augmented):
@@ -256,7 +257,11 @@ def run_polyglot(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str
         sig = None
         try:
             if kind == FUNCTION:
-                sig = pc.choose_signature(entry, [r for r, _ in replies.values()], lang)
+                stated = pc.stated_declaration(rows[0]["instruction"], lang, entry)
+                sig = pc.choose_signature(
+                    entry, [r for r, _ in replies.values()], lang,
+                    stated=stated[1] if stated and stated[0] == entry else None,
+                    example=example)
             if example is not None:
                 pc.check_case(kind, example, sig, lang)
         except UnsupportedType as exc:

@@ -466,7 +466,7 @@ def _judge(iid: str, rs: list[dict], models: list[str], runs: list, seed: int,
     example = _example(rs)
     candidates = _candidates(runs, models, example)
     duplicates = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == DUPLICATE]
-    verdict = weigh(tests, augmented, candidates, example, duplicates)
+    verdict = weigh(tests, augmented, candidates, example, duplicates, contestants=models)
     for row in rs:
         row.update(suite_status=verdict.status, suite_detail=verdict.detail)
     for row in tests:

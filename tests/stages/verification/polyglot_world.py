@@ -69,8 +69,9 @@ REPLIES = {("m1", "add"): _ADD, ("m2", "add"): _ADD, ("m3", "add"): _ADD,
 
 
 class Author(ScriptedChat):
-    """Replies with its cases as a JSON block, by the entry point named in the request (to a
-    Python function's request, with ``python``)."""
+    """Replies with its cases by the entry point named in the request: a function's as asserts
+    in Python notation (what the request asks for), a program's as a JSON block (to a Python
+    function's request, with ``python``)."""
 
     def __init__(self, model: str):
         super().__init__({})
@@ -79,11 +80,16 @@ class Author(ScriptedChat):
 
     def reply(self, conversation) -> str:
         user = conversation[-1]["content"]
-        if "as data, not as code" not in user:
+        if "standard input" in user:
+            return "```json\n" + json.dumps(REPLIES[self.model, "main"]) + "\n```"
+        if "whatever the solution's language" not in user:
             return self.python
-        entry = next(e for e in ("add", "evens") if f"`{e}`" in user) \
-            if "standard input" not in user else "main"
-        return "```json\n" + json.dumps(REPLIES[self.model, entry]) + "\n```"
+        entry = next(e for e in ("add", "evens") if f"`{e}`" in user)
+        reply = REPLIES[self.model, entry]
+        lines = [f"assert {entry}({', '.join(map(repr, c['args']))}) == {c['expected']!r}"
+                 for c in reply["cases"]]
+        lines += [f"{entry}({', '.join(map(repr, args))})" for args in reply["inputs"]]
+        return "```python\n" + "\n".join(lines) + "\n```"
 
 
 class Ctx:

@@ -53,6 +53,19 @@ def test_a_test_no_answer_passes_stays_trusted_and_blocks_the_answers():
     assert rows[0]["consensus"] == []  # no answer passes everything
 
 
+def test_an_author_whose_answer_did_not_run_is_still_a_contestant():
+    # m1's answer did not compile: its tests are a contestant's, not an independent author's
+    rows = [written("m1", "f(1)", "2")]
+    weigh(rows, [], [cand("m2", [True])], None, contestants=["m1", "m2"])
+    assert rows[0]["trusted_by"] == WRITTEN_PASSER
+    alone = [written("m1", "f(1)", "2")]
+    weigh(alone, [], [cand("m2", [False])], None, contestants=["m1", "m2"])
+    assert (alone[0]["survived"], alone[0]["reason"]) == (False, UNCONFIRMED)  # rule 7
+    unknown = [written("m1", "f(1)", "2")]
+    weigh(unknown, [], [cand("m2", [False])], None)
+    assert unknown[0]["trusted_by"] == INDEPENDENT_AUTHOR  # what it was taken for before
+
+
 def test_evidence_kinds_and_strengths():
     rows = [written("a", "f(1)", "2"), written("b", "f(1)", "2"), written("judge-free", "f(3)", "9"),
             written("a", "f(5)", "25")]

@@ -237,7 +237,8 @@ def test_authors_without_cases_leave_parse_errors_and_no_tests(sandbox_pool):
     written = tests_stage.run(table, tests_stage.TestGenConfig(authors=list(MODELS)), ctx)
     rows = written.table.to_pylist()
     assert [(r["author"], r["test_idx"], r["reason"], r["parse_error"]) for r in rows] == [
-        (m, -1, "parse_error", "no JSON object found") for m in MODELS]
+        (m, -1, "parse_error", "no assert calling add and no JSON object found")
+        for m in MODELS]
     assert written.stats["instructions_no_tests"] == 1
     ctx.tables["tests"] = written.table
     verified = verify_stage.run(table, verify_stage.VerifyConfig(), ctx).table.to_pylist()
@@ -248,8 +249,15 @@ def test_authors_without_cases_leave_parse_errors_and_no_tests(sandbox_pool):
 def test_a_reply_is_read_as_data_and_types_come_from_the_cases():
     from arenaforge.stages.verification import polyglot_cases as pc
 
-    bad = pc.parse_reply("assert add(1, 2) == 3", "function", "add", max_cases=5, max_inputs=5)
-    assert bad.parse_error == "no JSON object found"
+    bad = pc.parse_reply("Test it with 1 and 2.", "function", "add", max_cases=5, max_inputs=5)
+    assert bad.parse_error == "no assert calling add and no JSON object found"
+    asserted = pc.parse_reply("```python\nassert add(1, 2) == 3\nassert add(1, 2) > 0\n"
+                              "add(5, 6)\n```", "function", "add", max_cases=5, max_inputs=5)
+    assert asserted.cases == ({"args": [1, 2], "expected": 3},
+                              {"unparsed": "assert add(1, 2) > 0"})
+    assert asserted.inputs == ([5, 6],)
+    with pytest.raises(ValueError, match="literal arguments"):
+        pc.check_case("function", asserted.cases[1], None, "cpp")
     no_cases = pc.parse_reply('{"cases": []}', "function", "add", max_cases=5, max_inputs=5)
     assert no_cases.parse_error == "no list of cases in the JSON object"
     # no author gives a signature: the types are inferred from every case's values
@@ -259,6 +267,31 @@ def test_a_reply_is_read_as_data_and_types_come_from_the_cases():
     assert pc.signature_text(sig) == "def f(arg1: list[int], arg2: str) -> float"
     assert pc.example_case("Input:\n```\n1 2\n```\nOutput:\n```\n3\n```", "program",
                            "main") == {"stdin": "1 2\n", "stdout": "3\n"}
+
+
+def test_the_instructions_declaration_fixes_arity_and_names_and_its_example_is_read():
+    """A translated HumanEval prompt declares the function and shows its docstring's example
+    in comments: the declaration's arity decides (an author's case of another arity is that
+    author's fault, not a new signature), and the commented example is the instruction's."""
+    from arenaforge.stages.verification import polyglot_cases as pc
+
+    instruction = ("Complete this C++ function.\n\n```cpp\n// The sum of the squares.\n"
+                   "// >>> sum_squares([1, 2])\n// 5\n"
+                   "long long sum_squares(std::vector<long long> lst)\n```")
+    stated = pc.stated_declaration(instruction, "cpp", "sum_squares")
+    assert stated == ("sum_squares", ("lst",))
+    example = pc.example_case(instruction, "function", "sum_squares")
+    assert example == {"args": [[1, 2]], "expected": 5}
+    replies = [pc.parse_reply("```python\nassert sum_squares(1, 4, 9) == 98\n"
+                              "assert sum_squares(2, 2, 2) == 12\n```", "function",
+                              "sum_squares", max_cases=5, max_inputs=5),
+               pc.parse_reply("```python\nassert sum_squares([3]) == 9\n```", "function",
+                              "sum_squares", max_cases=5, max_inputs=5)]
+    sig = pc.choose_signature("sum_squares", replies, "cpp", stated=stated[1], example=example)
+    assert pc.signature_text(sig) == "def sum_squares(lst: list[int]) -> int"
+    with pytest.raises(ValueError):
+        pc.check_case("function", replies[0].cases[0], sig, "cpp")
+    pc.check_case("function", replies[1].cases[0], sig, "cpp")
 
 
 def test_the_audit_reports_each_language_and_its_compile_errors_apart(world):
