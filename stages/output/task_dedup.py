@@ -107,7 +107,7 @@ def dedup_order(rows: Sequence[Row], vectors: Mapping[str, np.ndarray],
 
 def task_groups(order: Sequence[Row], vectors: Mapping[str, np.ndarray], max_distance: float,
                 key: Callable[[Row], Hashable] = lambda row: None,
-                block: int = 256) -> list[list[Row]]:
+                block: int = 512) -> list[list[Row]]:
     """``order`` split into groups that task dedup decides apart: rows of one ``key`` (the
     task) joined when their vectors lie within ``max_distance`` (plus a rounding margin), and
     groups the connected parts of that relation, each in ``order``'s order, ordered by their
@@ -129,16 +129,19 @@ def task_groups(order: Sequence[Row], vectors: Mapping[str, np.ndarray], max_dis
     for i, row in enumerate(order):
         by_key.setdefault(key(row), []).append(i)
     for members in map(np.asarray, by_key.values()):
-        x = np.stack([np.asarray(vectors[order[i]["instruction_id"]], np.float64)
+        # float32 (its rounding lies far inside the margin, at half the cost of float64), each
+        # pair once (the block against itself and the rows after it)
+        x = np.stack([np.asarray(vectors[order[i]["instruction_id"]], np.float32)
                       for i in members])
         norms = np.einsum("ij,ij->i", x, x)
-        x = x.astype(np.float32)  # its rounding is far inside the margin, at half the cost
+        limit = max_distance ** 2 + _MARGIN * (1.0 + 2.0 * float(norms.max()))
         for start in range(0, len(members), block):
-            part = slice(start, start + block)
-            d2 = norms[part, None] + norms[None, :] - 2.0 * (x[part] @ x.T)
-            slack = _MARGIN * (1.0 + norms[part, None] + norms[None, :])
-            a, b = np.nonzero(d2 <= max_distance ** 2 + slack)
-            a, b = label[members[a + start]], label[members[b]]
+            d2 = x[start:start + block] @ x[start:].T
+            d2 *= -2.0
+            d2 += norms[start:start + block, None]
+            d2 += norms[None, start:]
+            a, b = np.nonzero(d2 <= limit)
+            a, b = label[members[a + start]], label[members[b + start]]
             joined = a != b
             if not joined.any():
                 continue
