@@ -67,6 +67,9 @@ def build_has_amx() -> bool:
 
 
 _PARAMS_LOCK = threading.Lock()
+# Enough for a few judge prompts of the 1.5B model (~28 KB of KV a token): a reading that
+# continues a prompt read a few readings before (interleaved callers, round 2) finds it.
+DEFAULT_PREFIX_CACHE_BYTES = 128 << 20
 
 
 @contextlib.contextmanager
@@ -119,6 +122,9 @@ class LlamaCppBackend(RenderedChat):
         batch_prefix_reuse: let the batched path reuse the KV of partly shared prompts (faster
             for judge pairs; rounds slightly differently from a one-pass prompt, see
             :class:`arenaforge.pipeline.backends.llamacpp_batch.BatchedDecoder`).
+        prefix_cache_bytes: KV states of earlier logprob prompts kept for prompts that extend
+            them later (:class:`arenaforge.pipeline.backends.llamacpp_logprobs.PrefixStates`);
+            ``0``: only the prompt evaluated last is reused.
         **llama_kwargs: passed to ``llama_cpp.Llama`` (``n_batch``, ``n_gpu_layers``, ...).
     """
 
@@ -126,6 +132,7 @@ class LlamaCppBackend(RenderedChat):
                  stop: tuple[str, ...] = (), chat_template: str | None = None,
                  n_threads: int | None = None, seed: int = 0, extra_buffers: bool | None = None,
                  batch_size: int = 16, batch_prefix_reuse: bool = False,
+                 prefix_cache_bytes: int = DEFAULT_PREFIX_CACHE_BYTES,
                  **llama_kwargs: Any) -> None:
         from llama_cpp import Llama
 
@@ -138,6 +145,14 @@ class LlamaCppBackend(RenderedChat):
         self.batch_prefix_reuse = batch_prefix_reuse
         self.context_length = n_ctx
         self._batcher = None  # llamacpp_batch.BatchedDecoder, made on first use
+        # llamacpp_logprobs: saved prompt states, and what the readings evaluated
+        self.prefix_states = None
+        if prefix_cache_bytes > 0:
+            from arenaforge.pipeline.backends.llamacpp_logprobs import PrefixStates
+
+            self.prefix_states = PrefixStates(prefix_cache_bytes)
+        self.logprob_stats = dict.fromkeys(("readings", "prompt_tokens", "evaluated_tokens",
+                                            "restored_tokens", "restores"), 0)
         llama_kwargs.setdefault("verbose", False)
         self.extra_buffers = not build_has_amx() if extra_buffers is None else extra_buffers
         with model_params_override(use_extra_bufts=self.extra_buffers):
@@ -251,6 +266,7 @@ class LlamaCppBackend(RenderedChat):
         batcher, self._batcher = getattr(self, "_batcher", None), None
         if batcher:
             batcher.close()  # its context uses the model: free it first
+        self.prefix_states = None
         llm, self.llm = getattr(self, "llm", None), None
         if llm is not None:
             llm.close()
