@@ -28,6 +28,9 @@ The world (``HumanEvalExpert``, a ``trust_world.BeliefExpert`` on HumanEval):
   step apart per expert: two wrong experts are two independent votes, never agreeing by
   construction), with ``--shared-wrong-program`` one mutant to the byte for all of them (the
   evidence rules count it once). A problem with no telling mutant gives its wrong experts stubs.
+  With ``--subtle`` a misreading is drawn among the mutants that return the canonical values
+  on the docstring's examples, where there are any (the probe gate's example cannot catch it:
+  the misreadings models make that their prompt's examples do not expose).
 * **Tests.** An author writes asserts ``assert entry(args) == value`` (the tests stage's
   prompt) whose values come from running its OWN believed program (canonical or its mutant; a
   stub or syntax believer believes the canonical: its code failed, not its reading) on inputs
@@ -105,7 +108,8 @@ class Task:
 
     Attributes:
         calls: the input pool, each input as its argument list's source (``"[1, 2], 3"``).
-        examples: how many of ``calls`` (the first ones) are the docstring's own examples.
+        examples: how many of ``calls`` (the first ones) the author starts from: the
+            docstring's examples (``example_inputs``), the rest are their perturbations.
         canonical: the canonical program's value on each input (source of a literal).
         mutants: telling mutants: ``(source, values)``, ``None`` where the mutant raises.
     """
@@ -423,9 +427,10 @@ class HumanEvalExpert(BeliefExpert):
     """
 
     def __init__(self, name: str, skill: float, world: World, index: int, *,
-                 own_programs: bool = True, judge_error: float = JUDGE_ERROR_RATE):
+                 own_programs: bool = True, judge_error: float = JUDGE_ERROR_RATE,
+                 subtle: bool = False):
         super().__init__(name, skill, own_programs)
-        self.world, self.index, self.judge_error = world, index, judge_error
+        self.world, self.index, self.judge_error, self.subtle = world, index, judge_error, subtle
 
     def chat(self, messages: list[dict], seed: object) -> str:
         """As ``Expert.chat``; a system turn folded into the user's (``fold_system``) is read
@@ -443,10 +448,17 @@ class HumanEvalExpert(BeliefExpert):
         return super().chat(messages, seed)
 
     def _mutant(self, task: Task) -> tuple[str, tuple[str | None, ...]] | None:
-        if not task.mutants:
+        """The expert's misreading: the problem's telling mutants in a seeded order, one step
+        apart per expert (``subtle``: those that return the canonical values on the examples,
+        when there are any)."""
+        pool = list(task.mutants)
+        if self.subtle:
+            k = task.examples
+            pool = [m for m in pool if m[1][:k] == task.canonical[:k]] or pool
+        if not pool:
             return None
-        start = rng_for("mutant", task.task_id).randrange(len(task.mutants))
-        return task.mutants[(start + self.index * self.own_programs) % len(task.mutants)]
+        start = rng_for("mutant", task.task_id).randrange(len(pool))
+        return pool[(start + self.index * self.own_programs) % len(pool)]
 
     def program(self, task: Task) -> str:
         """The code this expert answers with."""
@@ -540,10 +552,9 @@ class HumanEvalExpert(BeliefExpert):
 
 # -- serving and running -------------------------------------------------------------------------
 
-def make_experts(world: World, skills: dict[str, float], *, own_programs: bool = True,
-                 judge_error: float = JUDGE_ERROR_RATE) -> dict[str, HumanEvalExpert]:
-    return {name: HumanEvalExpert(name, skill, world, i, own_programs=own_programs,
-                                  judge_error=judge_error)
+def make_experts(world: World, skills: dict[str, float], **options) -> dict[str, HumanEvalExpert]:
+    """One ``HumanEvalExpert`` per model, in order (``options``: theirs)."""
+    return {name: HumanEvalExpert(name, skill, world, i, **options)
             for i, (name, skill) in enumerate(skills.items())}
 
 
@@ -602,6 +613,8 @@ def world_report(world: World, experts: dict[str, HumanEvalExpert]) -> dict:
     """What the world holds per problem (``standins/world.json``): no hidden test."""
     rows = {t: {"inputs": len(task.calls), "examples": task.examples,
                 "telling_mutants": len(task.mutants),
+                "example_consistent_mutants": sum(
+                    m[1][:task.examples] == task.canonical[:task.examples] for m in task.mutants),
                 "beliefs": {n: e.belief(t) for n, e in experts.items()}}
             for t, task in world.tasks.items()}
     beliefs: dict[str, dict[str, int]] = {}
@@ -634,6 +647,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--judge-error", type=float, default=JUDGE_ERROR_RATE)
     parser.add_argument("--shared-wrong-program", action="store_true",
                         help="wrong experts answer one mutant to the byte (one vote)")
+    parser.add_argument("--subtle", action="store_true",
+                        help="misreadings agree with the docstring's examples where some mutant "
+                             "does (the probe gate cannot catch them)")
     parser.add_argument("--requests", type=Path, help="record every request (JSONL)")
     parser.add_argument("--cli", default=f"{sys.executable} -m arenaforge.pipeline.cli")
     parser.add_argument("--set", action="append", default=[], help="more verify-bench overrides")
@@ -649,14 +665,15 @@ def main(argv: list[str] | None = None) -> int:
                                                         for p in problems})
     world_s = time.perf_counter() - began
     experts = make_experts(world, skills, own_programs=not args.shared_wrong_program,
-                           judge_error=args.judge_error)
+                           judge_error=args.judge_error, subtle=args.subtle)
     servers = serve(experts, record=args.requests)
     standins = args.out / "standins"
     registry = standin_registry(args.config, {n: s.server_address[1]
                                               for n, s in servers.items()},
                                 standins / "models.yaml")
     report = {"skills": skills, "judge_error": args.judge_error,
-              "own_programs": not args.shared_wrong_program, "world_s": round(world_s, 1),
+              "own_programs": not args.shared_wrong_program, "subtle": args.subtle,
+              "world_s": round(world_s, 1),
               **world_report(world, experts)}
     (standins / "world.json").write_text(json.dumps(report, indent=2))
     cmd = [*args.cli.split(), "verify-bench", str(args.config), "--problems",
