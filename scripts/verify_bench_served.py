@@ -34,29 +34,44 @@ The world (``HumanEvalExpert``, a ``trust_world.BeliefExpert`` on HumanEval):
 * **Tests.** An author writes asserts ``assert entry(args) == value`` (the tests stage's
   prompt) whose values come from running its OWN believed program (canonical or its mutant; a
   stub or syntax believer believes the canonical: its code failed, not its reading) on inputs
-  from the input pool: the docstring's example calls first (about half of the tests, as models
-  copy them), then perturbations of them. An input where its program raises or loops gets no
-  test. A wrong author expects its misreading even on the docstring's own examples (it does not
-  copy the stated outputs: the pessimistic reading). Independently, one expected value in
-  ``trust_world.TEST_SLIP_RATE`` is slipped (off by one, or wrapped in a list). The generator
-  request gets literal argument tuples from the pool.
-* **Input pool.** The docstring's example calls of the entry point (literal arguments only)
-  and one-argument perturbations (ints +-1, 0, doubled; strings reversed, shortened, extended,
-  upper-cased, empty; lists shortened, reversed, extended, sorted, empty; bools flipped), kept
-  where the canonical solution returns a literal value within 1 s. A problem whose prompt shows
-  no example call has an empty pool: its authors write no test and its mutants cannot be told
-  apart from the canonical, so its wrong experts write stubs (``world.json`` counts both).
+  of the input pool: the example inputs first (about half of the tests, as models copy the
+  docstring's examples), then perturbations of them. An input where its program raises or
+  loops gets no test. Independently, one expected value in ``trust_world.TEST_SLIP_RATE`` is
+  slipped (off by one, or wrapped in a list). The generator request gets argument tuples from
+  the pool.
+* **Input pool.** The prompt's example calls of the entry point (literal arguments only), else
+  its stated inputs (``For s = "ab", c = "a" ...``, ``Input: [4,2,3]``), else one input from
+  the parameters' annotations; then one-argument perturbations of those (ints +-1, 0, doubled;
+  strings reversed, shortened, extended, upper-cased, empty; lists shortened, reversed,
+  extended, sorted, empty; bools flipped); kept where the canonical solution returns a literal
+  within 1 s. A problem with an empty pool (6 of HumanEval's 164) gets no test from its authors
+  and stubs from its wrong experts (``world.json``: ``no_inputs``).
 * **Judges** read an answer as right when its code is the canonical solution up to the style
   line (``load_replies.Expert``'s judge: pointwise score or pair preference), and err on each
-  reading with probability ``--judge-error`` (0.1), independently of their own belief.
+  reading with probability ``--judge-error`` (0.1).
 * **Repair** writes the canonical solution with ``load_replies.REPAIR_SUCCESS`` (0.5), else the
   repairer's own belief (a misreader keeps its mutant).
 * Difficulty and the concrete-task question: a plausible spread (verify-bench filters on neither).
 
-What the world leaves out: misreadings that a docstring example would expose but the author
-holds anyway, and correlated misreadings (two models that misread a problem the same way: see
-``bench_verified``'s world for that case); mutants are single-edit (a real wrong answer may
-differ more, or only off the pool); test authors never invent inputs outside the pool.
+What the world assumes, each in the rules' favour unless said:
+
+* Beliefs are independent across experts and problems: no problem is hard for every model, so
+  nearly every problem is solvable by someone (real models' failures concentrate on the same
+  hard problems).
+* Wrong programs are independent: two wrong experts hold two different mutants, never the same
+  misreading in two spellings (``--shared-wrong-program``: one misreading to the byte, which the
+  evidence rules count once; ``bench_verified``'s world has the same misreading in two
+  programs, the case against the rules).
+* A misreading is one AST edit of the canonical solution that shows on the pool: no
+  example-free misreading (one only inputs far from the examples expose), no rewrite that
+  differs everywhere. By default it is any telling mutant, and most break a docstring example,
+  which the probe gate catches; ``--subtle`` keeps the examples' values (against the rules).
+* Authors err the way their answers err: a misreading author expects its misreading on every
+  input, the docstring's own examples included (it does not copy their stated outputs), and
+  invents no input outside the pool; a right author errs only by slips.
+* Judges err independently of the answer, the problem, and their own belief.
+* A right belief is HumanEval's canonical solution, which passes the hidden tests; a mutant may
+  pass them too (it differs from the canonical only off the hidden tests' inputs).
 
 Usage::
 
