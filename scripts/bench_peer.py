@@ -1,12 +1,19 @@
 """Benchmark: the peer job (mine, answer, judge) through arenaforge vs plain llama-cpp-python.
 
 The job: ``--mine-samples`` Magpie samples from the 0.5B model, answers to ``--instructions``
-instructions from the 0.5B and the 135M model, then the 0.5B judging those answers:
-``--judge-protocol pairwise`` (the default) generates a verdict per instruction in
-both orders (``--judge-tokens`` at most); with ``pairwise_logprob``/``pointwise_logprob`` (the
-judge stage's default) both sides instead evaluate each judge prompt, keeping the common prefix
-already in the KV cache, and read the verdict letters'/score digits' log probabilities from the
-last position's logits (tokens and tok/s then count judge prompt tokens).
+instructions from the 0.5B and the 135M model, then ``--judge-model`` (the 0.5B; the default
+config's judge is the 1.5B) judging those answers as the judge stage does by default:
+``pointwise_logprob``, both rounds. Round 1 reads each answer alone, round 2 reads, per pair and
+order, the conversation of round 1 continued with the judge's digit and the second answer.
+arenaforge's workers run the stage's own ``judge_with`` on their instructions; the reference is
+a plain loop over the same prompts (``judge_two_rounds``) that keeps the evaluated common prefix
+of consecutive prompts, as ``Llama.generate`` does: ``--ref-order rounds`` (the default) reads
+round 1 for every answer, then round 2, as the protocol is written down; ``interleaved`` reads
+each answer's round 2 right after its round 1, the judge stage's order, so both sides evaluate
+the same tokens. Both read the digits' log probabilities off the last position's logits; the
+judge line counts the prompt tokens llama.cpp evaluated (``ev``) and the expected scores that
+agree within 1e-3. ``--judge-protocol pairwise`` generates a verdict per instruction in both
+orders (``--judge-tokens`` at most); ``pairwise_logprob`` reads A/B once per order.
 
 Each side has its own ``spawn``-ed processes (no llama.cpp/OpenMP state inherited), loaded and
 warmed up (one 1-token request per model; it creates arenaforge's batch context) before timing:
@@ -27,6 +34,7 @@ tokens and tok/s per phase and the total ratio reference / arenaforge (target >=
 on an idle machine: spinning threads lose far more than arenaforge's to other processes.
 
     python scripts/bench_peer.py                                   # the full job
+    python scripts/bench_peer.py --repeat 3                        # median and range of ratios
     python scripts/bench_peer.py --instructions 4 --mine-samples 4 --answer-tokens 32 \\
         --judge-tokens 16                                          # a quick check
 """
@@ -39,6 +47,7 @@ import dataclasses
 import itertools
 import multiprocessing as mp
 import os
+import statistics
 import sys
 import time
 from pathlib import Path
@@ -130,7 +139,8 @@ def reference_process(conn, weights: dict[str, tuple[str, int]], threads: int) -
             logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits_ith(llm.ctx, -1),
                                            shape=(llm.n_vocab(),)).astype(np.float64)
             norm = logits.max() + np.log(np.exp(logits - logits.max()).sum())
-            out.append(({t: float(logits[i] - norm) for t, i in ids.items()}, len(tokens)))
+            out.append(({t: float(logits[i] - norm) for t, i in ids.items()}, len(tokens),
+                        len(tokens) - keep))
         return out
 
     conn.send(policy)
@@ -148,6 +158,7 @@ def arena_process(conn, registry_path: str, model_ids: list[str], threads: int,
     backends = {m: create_backend(registry[m], n_threads=threads, **options) for m in model_ids}
     for backend in backends.values():
         backend.complete(["Hello"], WARMUP)
+        backend.next_token_logprobs([[{"role": "user", "content": "Hello"}]], ["A"])
 
     def handle(op, model_id, *args):
         b = backends[model_id]
@@ -159,10 +170,68 @@ def arena_process(conn, registry_path: str, model_ids: list[str], threads: int,
             return pre.prompt, pre.stop
         if op == "logprobs":
             return [reading for reading, _ in b.next_token_logprobs(*args)]
+        if op == "judge":  # the judge stage's own reading code, both rounds
+            return judge_shard(b, *args)
         return [(c.text, c.completion_tokens) for group in getattr(b, op)(*args) for c in group]
 
     conn.send("ready")
     serve(conn, handle)
+
+
+def judge_shard(backend, protocol: str, battles: list[jp.Battle]) -> tuple[dict, int]:
+    """The judge stage's rows of ``battles`` read by ``backend`` (``judge_with``, as one judge
+    of the stage reads its battles; no retry with a prefill, which the reference loop does not
+    do either): ``{(instruction_id, order): (expected_score_a, expected_score_b)}`` and the
+    prompt tokens llama.cpp evaluated."""
+    from arenaforge.stages.arena.judge import JudgeConfig, judge_with
+
+    before = backend.logprob_stats["evaluated_tokens"]
+    cfg = JudgeConfig(judges=["judge"], protocol=protocol, retry_prefill=False)
+    rows = judge_with(jp.PROTOCOLS[protocol], backend, "judge", battles, cfg, 0)
+    return ({(r["instruction_id"], r["order"]): (r["expected_score_a"], r["expected_score_b"])
+             for r in rows}, backend.logprob_stats["evaluated_tokens"] - before)
+
+
+def judge_two_rounds(ask, protocol: jp.SequentialScoring, battles: list[jp.Battle],
+                     render, candidates: list[str], interleaved: bool) -> tuple[dict, int, int]:
+    """The plain loop's pointwise readings of ``battles`` in both rounds; ``ask(prompts)`` reads
+    on the reference and returns ``[(reading, prompt tokens, evaluated tokens)]``.
+
+    ``interleaved``: each answer's round-2 prompts right after its round-1 reading (the judge
+    stage's order, which keeps round 1's prompt in the context for round 2); else round 1 for
+    every answer, then round 2, as the protocol is written down. Returns
+    ``({(instruction_id, order): (expected_score_a, expected_score_b)}, prompt tokens,
+    evaluated tokens)``; ``render`` is not timed by the caller."""
+    from arenaforge.stages.arena.judge import JudgeConfig
+
+    cfg = JudgeConfig(judges=["judge"], protocol=protocol.name, retry_prefill=False)
+    first = protocol.requests(battles)
+    parsed: dict = {}
+    counts = [0, 0]
+
+    def read(keys: list, convs: list) -> None:
+        for key, (reading, n, evaluated) in zip(keys, ask(render(convs)), strict=True):
+            parsed[key] = protocol.parse((reading, None), cfg)
+            counts[0] += n
+            counts[1] += evaluated
+
+    def second(keys) -> dict:
+        return {(*b.key, order): c for b in battles for order in jp.ORDERS
+                if protocol.first_key(b, order) in keys
+                and (c := protocol.followup(b, order, parsed[protocol.first_key(b, order)]))}
+
+    if interleaved:
+        for key, conv in first.items():
+            read([key], [conv])
+            if later := second({key}):
+                read(list(later), list(later.values()))
+    else:
+        read(list(first), list(first.values()))
+        if later := second(set(first)):
+            read(list(later), list(later.values()))
+    rows = {(b.instruction_id, order): (j.expected_score_a, j.expected_score_b)
+            for b in battles for order, j in protocol.judge(b, parsed, cfg).items()}
+    return rows, counts[0], counts[1]
 
 
 def call(conns, msgs: list | None) -> tuple[list, float]:
@@ -178,14 +247,35 @@ def call(conns, msgs: list | None) -> tuple[list, float]:
     return replies, time.perf_counter() - start
 
 
+def summary(label: str, ratios: list[float]) -> str:
+    """``label`` with the median and range of per-run ratios.
+
+    >>> summary("judge", [1.2, 1.0, 1.5])
+    'judge x1.20 (range 1.00-1.50 over 3 runs)'
+    """
+    return (f"{label} x{statistics.median(ratios):.2f} (range {min(ratios):.2f}-"
+            f"{max(ratios):.2f} over {len(ratios)} run{'s' * (len(ratios) > 1)})")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--registry", default=str(ROOT / "configs" / "models.yaml"))
     for flag, default in (("--instructions", 24), ("--mine-samples", 24), ("--mine-tokens", 64),
                           ("--answer-tokens", 128), ("--judge-tokens", 64)):
         parser.add_argument(flag, type=int, default=default)
-    parser.add_argument("--judge-protocol", default="pairwise",
-                        choices=("pairwise", "pairwise_logprob", "pointwise_logprob"))
+    parser.add_argument("--judge-protocol", default="pointwise_logprob",
+                        choices=("pairwise", "pairwise_logprob", "pointwise_logprob"),
+                        help="pointwise_logprob (the judge stage's default): both rounds")
+    parser.add_argument("--judge-model", default=MINER,
+                        help="the judge (the default config's is qwen2.5-coder-1.5b)")
+    parser.add_argument("--ref-order", default="rounds", choices=("rounds", "interleaved"),
+                        help="pointwise_logprob on the reference: round 1 for every answer, "
+                             "then round 2 (rounds), or each answer's round 2 right after its "
+                             "round 1 (interleaved, the judge stage's order)")
+    parser.add_argument("--repeat", type=int, default=1,
+                        help="run the job this many times (models loaded once); prints the "
+                             "median and range of the ratios")
+    parser.add_argument("--skip", default="", help="phases to leave out: mine")
     parser.add_argument("--batch-size", type=int, default=16,
                         help="arenaforge's batched path (LlamaCppBackend's default: 16)")
     parser.add_argument("--prefix-reuse", action="store_true",
@@ -205,7 +295,7 @@ def main(argv: list[str] | None = None) -> int:
     workers = args.workers or cores
     threads = max(1, cores // workers)
     registry = load_registry(args.registry)
-    models = [MINER, SMALL]
+    models = list(dict.fromkeys([MINER, SMALL, args.judge_model]))
     weights = {m: (str(resolve_weights(registry[m])), registry[m].n_ctx) for m in models}
     opts = {"batch_size": args.batch_size, "batch_prefix_reuse": args.prefix_reuse}
     spawn = mp.get_context("spawn")
@@ -223,32 +313,53 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{cores} cores; reference: 1 process x {args.ref_threads or cores} threads, "
               f"OMP_WAIT_POLICY={policy}; arenaforge: {workers} workers x {threads} thread(s), "
               f"batch size {args.batch_size}, partial prefix reuse "
-              f"{'on' if args.prefix_reuse else 'off'}; judge protocol {args.judge_protocol}",
-              flush=True)
-        rows = []
+              f"{'on' if args.prefix_reuse else 'off'}; judge {args.judge_model}, protocol "
+              f"{args.judge_protocol}"
+              + (f", reference order {args.ref_order}"
+                 if args.judge_protocol == "pointwise_logprob" else ""), flush=True)
+        runs = [job(args, registry, models, ref, arena, workers) for _ in range(args.repeat)]
+        if args.repeat > 1:
+            for name in runs[0]:
+                print(summary(f"{'overall' if name == 'total' else name:14}",
+                              [r[name][0] for r in runs]))
+    finally:
+        for proc in procs:  # nothing to save in them
+            proc.terminate()
+    return 0
 
-        def phase(name, ref_msg, arena_msgs, logprob=False):
-            [ref_out], ref_s = call(ref, [ref_msg])
-            outs, arena_s = call(arena, arena_msgs)
-            got = [x for out in outs for x in out]
-            if logprob:  # arenaforge's readings, with the prompt tokens the reference counted
-                got = [(r, n) for r, (_, n) in zip(got, ref_out, strict=True)]
-                best = lambda r: max(r, key=r.get) if r else None
-                same = sum(best(a) == best(b) for (a, _), (b, _) in zip(got, ref_out))
-            else:
-                same = sum(a == b for (a, _), (b, _) in zip(got, ref_out, strict=True))
-            ref_tok, arena_tok = sum(n for _, n in ref_out), sum(n for _, n in got)
-            rows.append((ref_s, arena_s, ref_tok, arena_tok, same, len(got)))
-            print(f"{name:14} reference {ref_s:7.1f}s {ref_tok:6d} tok {ref_tok / ref_s:6.1f} "
-                  f"tok/s | arenaforge {arena_s:7.1f}s {arena_tok:6d} tok "
-                  f"{arena_tok / arena_s:6.1f} tok/s | x{ref_s / arena_s:.2f} | identical "
-                  f"{same}/{len(got)}", flush=True)
-            return got
 
-        def render(model_id, convs):
-            return call(arena[:1], [("render", model_id, (convs,))])[0][0]
+def job(args, registry, models, ref, arena, workers) -> dict[str, tuple[float, ...]]:
+    """One run of the peer job; returns per phase (and ``total``) the ratio reference /
+    arenaforge first."""
+    rows: dict[str, tuple] = {}
 
-        # 1. mining: n samples of one pre-query prompt; worker k takes samples o_k..o_k+c_k-1
+    def report(name, ref_s, arena_s, ref_tok, arena_tok, same, n, unit="tok"):
+        rows[name] = (ref_s / arena_s, ref_s, arena_s, same, n)
+        print(f"{name:14} reference {ref_s:7.1f}s {ref_tok:6d} {unit} {ref_tok / ref_s:6.1f} "
+              f"{unit}/s | arenaforge {arena_s:7.1f}s {arena_tok:6d} {unit} "
+              f"{arena_tok / arena_s:6.1f} {unit}/s | x{ref_s / arena_s:.2f} | identical "
+              f"{same}/{n}", flush=True)
+
+    def phase(name, ref_msg, arena_msgs, logprob=False):
+        [ref_out], ref_s = call(ref, [ref_msg])
+        outs, arena_s = call(arena, arena_msgs)
+        got = [x for out in outs for x in out]
+        if logprob:  # arenaforge's readings, with the prompt tokens the reference counted
+            got = [(r, n) for r, (_, n, _) in zip(got, ref_out, strict=True)]
+            ref_out = [(r, n) for r, n, _ in ref_out]
+            best = lambda r: max(r, key=r.get) if r else None
+            same = sum(best(a) == best(b) for (a, _), (b, _) in zip(got, ref_out))
+        else:
+            same = sum(a == b for (a, _), (b, _) in zip(got, ref_out, strict=True))
+        report(name, ref_s, arena_s, sum(n for _, n in ref_out), sum(n for _, n in got), same,
+               len(got))
+        return got
+
+    def render(model_id, convs):
+        return call(arena[:1], [("render", model_id, (convs,))])[0][0]
+
+    # 1. mining: n samples of one pre-query prompt; worker k takes samples o_k..o_k+c_k-1
+    if "mine" not in args.skip:
         [(pre_prompt, pre_stop)], _ = call(
             arena[:1], [("pre_query", MINER, (DEFAULT_SYSTEM.format(language="Python"),))])
         mine = SamplingParams(n=args.mine_samples, temperature=1.0, top_p=1.0,
@@ -258,53 +369,72 @@ def main(argv: list[str] | None = None) -> int:
               [("complete", MINER, ([pre_prompt], dataclasses.replace(
                   mine, n=len(s), seed=mine.seed + s[0]))) for s in shards])
 
-        # 2. answers from both experts
-        instructions = (INSTRUCTIONS * (args.instructions // len(INSTRUCTIONS) + 1))[
-            :args.instructions]
-        answer = SamplingParams(max_tokens=args.answer_tokens, seed=0)
-        convs = [build_conversation(t, None) for t in instructions]
-        answers = {}
-        for model_id in models:
-            stop = merged_stop(answer, registry[model_id].stop)
-            got = phase(f"answer/{model_id.split('-')[0]}",
-                        ("complete", model_id, (render(model_id, convs), answer, stop)),
-                        [("chat", model_id, (s, answer)) for s in split(convs, workers)])
-            answers[model_id] = [text for text, _ in got]
+    # 2. answers from both experts
+    instructions = (INSTRUCTIONS * (args.instructions // len(INSTRUCTIONS) + 1))[
+        :args.instructions]
+    answer = SamplingParams(max_tokens=args.answer_tokens, seed=0)
+    convs = [build_conversation(t, None) for t in instructions]
+    answers = {}
+    for model_id in (MINER, SMALL):
+        stop = merged_stop(answer, registry[model_id].stop)
+        got = phase(f"answer/{model_id.split('-')[0]}",
+                    ("complete", model_id, (render(model_id, convs), answer, stop)),
+                    [("chat", model_id, (s, answer)) for s in split(convs, workers)])
+        answers[model_id] = [text for text, _ in got]
 
-        # 3. judging by the 0.5B model, on arenaforge's answers; a pair's orders stay together
-        # as the judge stage asks (stages/arena/judge.py, read_chat): both orders share a prefix
-        judge = SamplingParams(max_tokens=args.judge_tokens, seed=0,
-                               reuse_prefix=not args.no_judge_prefix_reuse)
-        protocol = args.judge_protocol
-        if protocol == "pointwise_logprob":
-            groups = [[jp.single_conversation(protocol, t, answers[m][i]) for m in models]
-                      for i, t in enumerate(instructions)]
-        else:
-            pairs = zip(instructions, answers[MINER], answers[SMALL], strict=True)
-            groups = [[jp.pair_conversation(protocol, t, a, b),
-                       jp.pair_conversation(protocol, t, b, a)] for t, a, b in pairs]
+    # 3. judging on arenaforge's answers; a pair's orders stay together as the judge stage
+    # asks (stages/arena/judge.py, read_chat): both orders share a prefix
+    judge_model, protocol = args.judge_model, args.judge_protocol
+    judge = SamplingParams(max_tokens=args.judge_tokens, seed=0,
+                           reuse_prefix=not args.no_judge_prefix_reuse)
+    if protocol == "pointwise_logprob":
+        # both rounds, as the judge stage reads them: arenaforge runs the stage's judge_with on
+        # each worker's battles; the reference is the plain loop of judge_two_rounds
+        battles = [jp.Battle(f"i{i}", t, MINER, SMALL, answers[MINER][i], answers[SMALL][i])
+                   for i, t in enumerate(instructions)]
+        candidates = sorted({t for texts in jp.DIGIT_SPELLINGS.values() for t in texts})
+        ref_wall = [0.0]
+
+        def ask(prompts):
+            [out], wall = call(ref, [("logprobs", judge_model, (prompts, candidates))])
+            ref_wall[0] += wall
+            return out
+
+        want, n_prompt, ref_evaluated = judge_two_rounds(
+            ask, jp.PROTOCOLS[protocol], battles, lambda c: render(judge_model, c), candidates,
+            args.ref_order == "interleaved")
+        outs, arena_s = call(arena, [("judge", judge_model, (protocol, s))
+                                     for s in split(battles, workers)])
+        got = {k: v for out, _ in outs for k, v in out.items()}
+        same = sum(g == w or (g is not None and w is not None and abs(g - w) <= 1e-3)
+                   for k in want for g, w in zip(got[k], want[k], strict=True))
+        report("judge", ref_wall[0], arena_s, ref_evaluated, sum(n for _, n in outs),
+               same, 2 * len(want), unit="ev")
+        print(f"{'':14} evaluated prompt tokens (ev) of {n_prompt} in "
+              f"{sum(len(v) for v in want.values())} readings; identical: expected scores "
+              "within 1e-3", flush=True)
+    else:
+        pairs = zip(instructions, answers[MINER], answers[SMALL], strict=True)
+        groups = [[jp.pair_conversation(protocol, t, a, b),
+                   jp.pair_conversation(protocol, t, b, a)] for t, a, b in pairs]
         shards = [[c for g in s for c in g] for s in split(groups, workers)]
-        prompts = render(MINER, [c for g in groups for c in g])
+        prompts = render(judge_model, [c for g in groups for c in g])
         if protocol == "pairwise":
-            phase("judge", ("complete", MINER, (prompts, judge, merged_stop(
-                judge, registry[MINER].stop))), [("chat", MINER, (s, judge)) for s in shards])
+            phase("judge", ("complete", judge_model, (prompts, judge, merged_stop(
+                judge, registry[judge_model].stop))),
+                  [("chat", judge_model, (s, judge)) for s in shards])
         else:
-            spellings = (jp.DIGIT_SPELLINGS if protocol == "pointwise_logprob"
-                         else jp.LETTER_SPELLINGS)
-            candidates = sorted({t for texts in spellings.values() for t in texts})
-            phase("judge", ("logprobs", MINER, (prompts, candidates)),
-                  [("logprobs", MINER, (s, candidates)) for s in shards], logprob=True)
+            candidates = sorted({t for texts in jp.LETTER_SPELLINGS.values() for t in texts})
+            phase("judge", ("logprobs", judge_model, (prompts, candidates)),
+                  [("logprobs", judge_model, (s, candidates)) for s in shards], logprob=True)
 
-        ref_s, arena_s = sum(r[0] for r in rows), sum(r[1] for r in rows)
-        print(f"requests: {args.mine_samples} mining samples, {2 * len(instructions)} answers, "
-              f"{len(prompts)} judge calls; identical outputs {sum(r[4] for r in rows)}/"
-              f"{sum(r[5] for r in rows)}")
-        print(f"wall (loading excluded): reference {ref_s:.1f}s, arenaforge {arena_s:.1f}s -> "
-              f"arenaforge x{ref_s / arena_s:.2f} faster (target >= 1.3x)")
-    finally:
-        for proc in procs:  # nothing to save in them
-            proc.terminate()
-    return 0
+    ref_s, arena_s = sum(r[1] for r in rows.values()), sum(r[2] for r in rows.values())
+    print(f"identical outputs {sum(r[3] for r in rows.values())}/"
+          f"{sum(r[4] for r in rows.values())}")
+    print(f"wall (loading excluded): reference {ref_s:.1f}s, arenaforge {arena_s:.1f}s -> "
+          f"arenaforge x{ref_s / arena_s:.2f} faster (target >= 1.3x)", flush=True)
+    rows["total"] = (ref_s / arena_s,)
+    return rows
 
 
 if __name__ == "__main__":
