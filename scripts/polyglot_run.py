@@ -6,8 +6,8 @@ and four stand-in models answer over OpenAI-compatible HTTP on 127.0.0.1 (the lo
 handler, ``load_server``): ``expert-a`` and ``expert-b`` answer each task with its right version
 from the per-language corpus (``tests/data/polyglot``; ``expert-b`` adds a comment line, so
 that the two are different programs, as two models' answers are), ``expert-c`` with a wrong
-version, and all three write the corpus's test cases, as data where the tests stage asks for
-data (``testgen_cases_*.txt``) and as asserts for a Python function. ``judge`` rates the tasks
+version, and all three write the corpus's test cases: a function's as asserts (what the tests
+stage asks for in every language), a program's as data (``testgen_cases_program.txt``). ``judge`` rates the tasks
 and judges the battles. (A repair request would get the right version back; none is sent, as
 every instruction has a verified answer.)
 

@@ -31,8 +31,8 @@ def _instruction(lang: str, task: dict) -> str:
 
 
 class CorpusAuthor(ScriptedChat):
-    """Gives the corpus's cases of the task named in the request: as data, or as Python
-    asserts on the Python path."""
+    """Gives the corpus's cases of the task named in the request: a function's as Python
+    asserts (what the tests stage asks for in every language), a program's as data."""
 
     def __init__(self):
         super().__init__({})
@@ -44,10 +44,7 @@ class CorpusAuthor(ScriptedChat):
             return "```python\n" + "\n".join(
                 f"assert {normalised_call(task['id'], c['args'])} == {c['expected']!r}"
                 for c in task["cases"]) + "\n```"
-        data = {"cases": task["cases"], "inputs": []}
-        if task["kind"] == "function":
-            data["signature"] = task["signature"]
-        return "```json\n" + json.dumps(data) + "\n```"
+        return "```json\n" + json.dumps({"cases": task["cases"], "inputs": []}) + "\n```"
 
 
 def _params():
