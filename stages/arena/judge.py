@@ -164,8 +164,11 @@ def read_chat(backend, protocol: jp.JudgeProtocol, convs: list, cfg: JudgeConfig
 def reads_in_parallel(backend) -> bool:
     """Whether ``backend`` serves a batch at once and caches prompt prefixes itself (an
     OpenAI-compatible server, vLLM: ``prefers_batches``), so its readings go out as whole
-    batches; an embedded llama.cpp context keeps only the prompt it evaluated last, so there the
-    order of single calls is what reuses the evaluated prefix."""
+    batches. An embedded llama.cpp context reuses the prompt it evaluated last, and restores a
+    few earlier ones within its ``prefix_cache_bytes`` (a copy of their KV): reading each
+    answer's round 2 right after its round 1 evaluates the fewest tokens there without a copy
+    (``scripts/bench_peer.py`` counts them), and the saved states cover what comes between
+    (another shard's readings on the same engine)."""
     return bool(getattr(backend, "prefers_batches", False))
 
 
