@@ -293,8 +293,9 @@ def benchmark_vectors(bench: BenchmarkIndex, cfg: EmbeddingCheck, ctx: Any = Non
     """The unit vectors of ``bench``'s embedding documents, fetched once per process and run
     (their texts' vectors depend on the model, the precision and where the run computes them,
     all fixed within a run), and whether this call fetched them. Before, every shard hashed
-    the documents and read their part of the run's cache again (~10 ms a shard, 3% of a
-    32-request shard of float32 MiniLM); without a context every call embedded them anew."""
+    the documents and read their part of the run's cache again: 8-11 ms of CPU a shard, ~1.5%
+    of a 32-request shard of float32 MiniLM (``scripts/bench_decontaminate.py``); without a
+    context every call embedded them anew."""
     run = None if ctx is None else getattr(ctx, "run_id", None)
     if ctx is not None and run is None:  # a context that names no run: nothing is kept
         return document_vectors(bench.embed_docs, cfg, ctx), True
