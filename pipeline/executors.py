@@ -13,15 +13,20 @@ How many shards run at once depends on what a stage waits on: a CPU stage, or on
 run here (llama.cpp, vLLM engines), one a core; a stage whose models are all served
 (``backend: openai``) ``runner.model_workers`` of them, whatever the cores, each on a share of
 a core, since they wait on the servers.
+
+A stage sees its executor only through ``ctx.map`` (``StageContext.map``): each executor hands
+its stages a ``MapContext``, whose ``map`` runs a whole-table stage's pieces one after another
+here (``InlineMap``) or each as a Ray task on the run's CPUs (``RayMap``).
 """
 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import math
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -31,6 +36,76 @@ from arenaforge.pipeline.stage import StageConfig, StageSpec
 log = logging.getLogger(__name__)
 
 Job = tuple[int, pa.Table, str]  # (shard index, input rows, input hash)
+
+
+class InlineMap:
+    """``ctx.map`` in this process: the items one after another."""
+
+    workers = 1
+
+    def __call__(self, fn: Callable[[Any, Any], Any], items: Sequence[Any],
+                 ctx: Any) -> list[Any]:
+        return [fn(item, MapContext(ctx, self)) for item in items]
+
+
+@dataclasses.dataclass(frozen=True)
+class RayMap:
+    """``ctx.map`` on Ray: each item a task of one CPU (``workers`` of them run at once on
+    the run's CPUs; the task that waits on them gives its own CPU back), retried when its
+    worker dies. An item's context is the stage's, with an inline ``map``."""
+
+    workers: int
+    max_retries: int = 3
+
+    def __call__(self, fn: Callable[[Any, Any], Any], items: Sequence[Any],
+                 ctx: Any) -> list[Any]:
+        import ray
+
+        if not items:
+            return []
+        task = ray.remote(_run_item).options(num_cpus=1, max_retries=self.max_retries)
+        ctx_ref = ray.put(MapContext(ctx, InlineMap()))  # once, not with every item
+        refs = [task.remote(fn, item, ctx_ref) for item in items]
+        try:
+            return ray.get(refs)
+        except ray.exceptions.RayTaskError as exc:
+            for ref in refs:
+                ray.cancel(ref, force=True)
+            # the item's own error, as inline raises it (Ray's text stays as its cause)
+            raise task_error(exc) from exc
+
+
+def _run_item(fn: Callable[[Any, Any], Any], item: Any, ctx: Any) -> Any:
+    return fn(item, ctx)
+
+
+class MapContext:
+    """The context a stage gets from an executor: the runner's context (every attribute read
+    and written through to it) plus ``map`` and ``map_workers`` (``StageContext``), which run
+    on ``mapper``. It pickles as the two, so a Ray task gets a working ``map`` too."""
+
+    def __init__(self, ctx: Any, mapper: InlineMap | RayMap):
+        if isinstance(ctx, MapContext):  # one layer: the innermost context holds the state
+            ctx = ctx.inner
+        object.__setattr__(self, "inner", ctx)
+        object.__setattr__(self, "mapper", mapper)
+
+    def __getattr__(self, name: str) -> Any:
+        if name in ("inner", "mapper"):  # not yet set (copy, unpickling): no recursion
+            raise AttributeError(name)
+        return getattr(self.inner, name)
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        setattr(self.inner, name, value)
+
+    def __reduce__(self) -> tuple[Any, tuple[Any, Any]]:
+        return MapContext, (self.inner, self.mapper)
+
+    def map(self, fn: Callable[[Any, Any], Any], items: Sequence[Any]) -> list[Any]:
+        return self.mapper(fn, list(items), self.inner)
+
+    def map_workers(self) -> int:
+        return self.mapper.workers
 
 
 class InlineExecutor:
@@ -74,6 +149,7 @@ class InlineExecutor:
 
     def map_shards(self, spec: StageSpec, cfg: StageConfig, ctx: Any,
                    jobs: list[Job]) -> Iterator[dict[str, Any]]:
+        ctx = MapContext(ctx, InlineMap())
         for index, table, input_hash in jobs:
             yield dict(execute_shard(spec, cfg, ctx, index, table, input_hash), shard=index)
 
@@ -294,7 +370,11 @@ class RayExecutor:
         task = ray.remote(_run_task).options(num_cpus=self._task_cpus(spec, cfg, ctx),
                                              max_retries=self.max_retries, num_gpus=gpus)
         # the stage's arguments go to the object store once, not with every shard
-        spec_ref, cfg_ref, ctx_ref = ray.put(spec), ray.put(cfg), ray.put(ctx)
+        # a whole-table stage's ctx.map spreads over the run's CPUs; a sharded stage's shards
+        # already fill them, and its map runs inline in its task
+        mapper = InlineMap() if spec.sharded else RayMap(self.cpus, self.max_retries)
+        spec_ref, cfg_ref = ray.put(spec), ray.put(cfg)
+        ctx_ref = ray.put(MapContext(ctx, mapper))
         queue = list(jobs)
         pending = [task.remote(spec_ref, cfg_ref, ctx_ref, *queue.pop(0))
                    for _ in range(min(depth, len(queue)))]

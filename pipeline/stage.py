@@ -121,6 +121,19 @@ class StageContext(Protocol):
         """A cache of the run (``embeddings/<model>``): Parquet parts the stage names, reads and
         writes; the store owns where it lives and writes each part atomically."""
 
+    def map(self, fn: Callable[[Any, StageContext], Any], items: Sequence[Any]) -> list[Any]:
+        """``[fn(item, ctx) for item in items]``, in item order, each item on a worker of the
+        run: one after another in this process inline, each its own task on Ray (one CPU,
+        retried when its worker dies), where ``ctx`` is a context of that task (its own
+        ``sandbox``; its ``map`` runs inline). How a whole-table stage (``sharded=False``)
+        spreads its pieces over the run's workers (a sharded stage's shards fill them
+        already: its ``map`` runs inline). ``fn`` must be a module-level function and
+        the items and results picklable; an item's exception is raised here."""
+
+    def map_workers(self) -> int:
+        """How many items of ``map`` run at once (1 inline; the run's CPUs on Ray): a stage
+        deals its work into that many shares."""
+
 
 class TableCache(Protocol):
     """A run's cache of tables, as ``StageContext.table_cache`` hands it to a stage."""

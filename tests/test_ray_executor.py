@@ -11,7 +11,8 @@ from arenaforge.pipeline.shards import is_fatal
 from arenaforge.pipeline.stage import StageSpec
 from arenaforge.pipeline.store import RunStore
 
-from tests.toy_pipeline import GEN, SQUARE, SquareConfig, run_toy, square_run
+from tests.test_stage_contract import MAPPED, MappedConfig
+from tests.toy_pipeline import GEN, SQUARE, GenConfig, SquareConfig, run_toy, square_run
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -130,8 +131,6 @@ def test_a_served_stage_runs_more_shards_at_once_than_there_are_cores(tmp_path, 
     from arenaforge.pipeline.context import RunContext
     from arenaforge.pipeline.runner import run_stages
 
-    from tests.toy_pipeline import GenConfig
-
     served = StageSpec(name="square", config=ServedSquareConfig, run=served_square_run,
                        source="gen", inputs=("i",), outputs=("square",), uses_models=True)
     cfg = SimpleNamespace(seed=0, runner=SimpleNamespace(request_cache=False),
@@ -184,3 +183,16 @@ def test_a_task_share_of_a_core_is_rounded_down_to_what_ray_can_fit(ray_local):
     with mock.patch.object(RayExecutor, "waits_on_servers", return_value=True):
         share = executor._task_cpus(None, None, None)
     assert share == 0.6666 and 3 * share <= executor.cpus
+
+
+def test_map_runs_each_item_as_a_task_on_the_run_cpus(tmp_path, ray_local):
+    # a whole-table stage's ctx.map: four items of a second each, on both CPUs (the stage's own
+    # task waits on them), results in item order, each item's context usable in its task
+    funnel = run_toy(tmp_path, RayExecutor(), {"gen": GenConfig(n=12),
+                                               "mapped": MappedConfig(items=4, sleep_s=1.0)},
+                     specs=[GEN, MAPPED])
+    out = RunStore(tmp_path).stage("mapped").read()
+    assert out.column("square").to_pylist() == [i * i for i in out.column("i").to_pylist()]
+    assert len(set(out.column("pid").to_pylist())) == 2
+    assert set(out.column("map_workers").to_pylist()) == {2}
+    assert funnel[-1].executor == "ray"

@@ -8,9 +8,9 @@ import textwrap
 
 import pyarrow as pa
 import pytest
-from arenaforge.pipeline.layout import EMBEDDINGS
 from arenaforge.pipeline.context import UndeclaredReadError
 from arenaforge.pipeline.executors import InlineExecutor
+from arenaforge.pipeline.layout import EMBEDDINGS
 from arenaforge.pipeline.runner import ContractChainError, check_chain, run_stages
 from arenaforge.pipeline.stage import StageConfig, StageSpec
 from arenaforge.pipeline.store import RunStore
@@ -278,3 +278,50 @@ def test_graph_command_prints_every_stage_and_its_reads():
     assert nodes["emit"]["artifacts"] == ["audit/metrics.json", EMBEDDINGS]
     text = CliRunner().invoke(app, ["graph", str(root / "configs" / "smoke.yaml")]).output
     assert "reads rate: instruction_id, model, final_score, elo" in text
+
+
+class MappedConfig(StageConfig):
+    items: int = 3
+    sleep_s: float = 0.0
+
+
+def square_item(item, ctx):
+    """One ``ctx.map`` item: its rows squared, where it ran, and a map of its own context."""
+    import os
+    import time
+
+    ids, sleep_s = item
+    time.sleep(sleep_s)
+    return {"squares": [i * i for i in ids], "pid": os.getpid(), "run_id": ctx.run_id,
+            "nested": ctx.map(square_item, [(ids[:1], 0.0)] if len(ids) > 1 else [])}
+
+
+def mapped_run(table, cfg, ctx):
+    ids = table.column("i").to_pylist()
+    parts = [ids[k::cfg.items] for k in range(cfg.items)]
+    results = ctx.map(square_item, [(part, cfg.sleep_s) for part in parts])
+    assert all(r["run_id"] == ctx.run_id and [n["pid"] for n in r["nested"]] == [r["pid"]]
+               for r in results)  # an item's context reads the run and maps in its process
+    by_row = {i: (sq, r["pid"]) for part, r in zip(parts, results, strict=True)
+              for i, sq in zip(part, r["squares"], strict=True)}
+    return (table.append_column("square", pa.array([by_row[i][0] for i in ids]))
+            .append_column("pid", pa.array([by_row[i][1] for i in ids]))
+            .append_column("map_workers", pa.array([ctx.map_workers()] * len(ids))))
+
+
+# a whole-table stage that spreads its rows over ctx.map (tests/test_ray_executor.py runs it on Ray)
+MAPPED = StageSpec(name="mapped", config=MappedConfig, run=mapped_run, source="gen",
+                   inputs=("i",), outputs=("square", "pid"), sharded=False)
+
+
+def test_map_runs_items_in_order_one_after_another_inline(tmp_path):
+    import os
+
+    from tests.toy_pipeline import run_toy
+
+    run_toy(tmp_path, InlineExecutor(1), {"gen": GenConfig(n=10), "mapped": MappedConfig()},
+            specs=[GEN, MAPPED])
+    out = RunStore(tmp_path).stage("mapped").read()
+    assert out.column("square").to_pylist() == [i * i for i in out.column("i").to_pylist()]
+    assert set(out.column("pid").to_pylist()) == {os.getpid()}
+    assert set(out.column("map_workers").to_pylist()) == {1}

@@ -75,7 +75,7 @@ from arenaforge.stages.output.emit_provenance import (
     with_origin,
     with_test_authors,
 )
-from arenaforge.stages.output.task_dedup import DUPLICATE_TASK, duplicate_tasks
+from arenaforge.stages.output.task_dedup import DUPLICATE_TASK, duplicate_tasks_on
 from arenaforge.stages.verification.grading import BELOW_PASS_FRACTION, UNUSABLE, VERIFIED
 from arenaforge.stages.verification.probe_gate import NO_USABLE_CODE
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, suites_of_rows
@@ -351,8 +351,9 @@ def _without_duplicate_tasks(chosen: pa.Table, cfg: EmitConfig, ctx: StageContex
         return chosen, none
     suites = suites_of_rows(ctx.read("tests", columns=list(SUITE_COLUMNS),
                                      instruction_ids=ids).to_pylist())
-    dup = duplicate_tasks(verified, vectors, suites, ctx.sandbox(),
-                          max_distance=cfg.dedup_distance, max_tries=cfg.dedup_tries)
+    # decided on the run's workers (ctx.map), the same rows whatever their number
+    dup = duplicate_tasks_on(ctx, verified, vectors, suites, max_distance=cfg.dedup_distance,
+                             max_tries=cfg.dedup_tries)
     mask = pa.array([i in dup for i in chosen.column("instruction_id").to_pylist()], pa.bool_())
     gone = chosen.filter(mask)
     gone = gone.append_column("reason", pa.array([DUPLICATE_TASK] * gone.num_rows, pa.string()))

@@ -26,11 +26,16 @@ slots grades several groups at once (one row's two to six gradings left the rest
 each grading is asked only when the choice needs it (a pair's second grading only when its
 first passed, a farther kept row only when the nearer ones were not the row's task), which on
 the 1,771 verified rows of a 3,600-instruction run was 4,554 gradings instead of 9,706, the
-same rows dropped.
+same rows dropped. ``duplicate_tasks_on`` deals the groups into as many shares as the run has
+workers (``deal``: largest first, each to the lightest share) and decides each share as an item
+of ``ctx.map`` (a Ray task of its own, with its own sandbox); the union of the shares' choices,
+in compress's order, is the same whatever the number of shares.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
 import itertools
 from collections.abc import Callable, Generator, Hashable, Mapping, Sequence
 from typing import Any
@@ -67,8 +72,66 @@ def duplicate_tasks(rows: Sequence[Row], vectors: Mapping[str, np.ndarray],
     found = decide_groups(task_groups(order, vectors, max_distance, key=_task), vectors, suites,
                           pool, max_distance=max_distance, timeout_s=timeout_s,
                           max_tries=max_tries)
-    return {r["instruction_id"]: found[r["instruction_id"]] for r in order
-            if r["instruction_id"] in found}
+    return _in_order(order, found)
+
+
+def duplicate_tasks_on(ctx: Any, rows: Sequence[Row], vectors: Mapping[str, np.ndarray],
+                       suites: Mapping[str, Any], *, max_distance: float,
+                       timeout_s: float = 5.0, max_tries: int = 3) -> dict[str, str]:
+    """``duplicate_tasks``' answer, its groups decided on the run's workers: dealt into
+    ``ctx.map_workers()`` shares, each share an item of ``ctx.map`` graded in that item's
+    sandbox (``ctx`` is the stage's ``StageContext``; other arguments as ``duplicate_tasks``').
+    A group of one row needs no grading and goes nowhere."""
+    order = dedup_order(rows, vectors, suites)
+    groups = [g for g in task_groups(order, vectors, max_distance, key=_task) if len(g) > 1]
+    shares = [_Share(part, {r["instruction_id"]: vectors[r["instruction_id"]] for g in part
+                            for r in g},
+                     {r["instruction_id"]: suites[r["instruction_id"]] for g in part for r in g},
+                     max_distance, timeout_s, max_tries)
+              for part in deal(groups, ctx.map_workers())]
+    found: dict[str, str] = {}
+    for choices in ctx.map(decide_share, shares):
+        found.update(choices)  # shares hold disjoint rows: the union is order-free
+    return _in_order(order, found)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Share:
+    """What one worker needs to decide some groups: their rows' vectors and suites only."""
+
+    groups: list[list[Row]]
+    vectors: dict[str, np.ndarray]
+    suites: dict[str, Any]
+    max_distance: float
+    timeout_s: float
+    max_tries: int
+
+
+def decide_share(share: _Share, ctx: Any) -> dict[str, str]:
+    """One item of ``duplicate_tasks_on``'s ``ctx.map``: its groups' choices, graded in the
+    item's own sandbox."""
+    return decide_groups(share.groups, share.vectors, share.suites, ctx.sandbox(),
+                         max_distance=share.max_distance, timeout_s=share.timeout_s,
+                         max_tries=share.max_tries)
+
+
+def deal(groups: Sequence[Sequence[Row]], shares: int) -> list[list[Sequence[Row]]]:
+    """``groups`` dealt into at most ``shares`` non-empty shares of about equal rows: the
+    largest group first (ties: the earlier), each to the share with the fewest rows so far
+    (ties: the earlier share); each share keeps its groups in ``groups``' order.
+
+    Example::
+
+        >>> [[len(g) for g in s] for s in deal([[1] * n for n in (2, 5, 3, 4)], 2)]
+        [[2, 5], [3, 4]]
+    """
+    heap = [(0, s) for s in range(max(1, min(shares, len(groups))))]
+    dealt: list[list[int]] = [[] for _ in heap]
+    for i in sorted(range(len(groups)), key=lambda i: (-len(groups[i]), i)):
+        rows, s = heapq.heappop(heap)
+        dealt[s].append(i)
+        heapq.heappush(heap, (rows + len(groups[i]), s))
+    return [[groups[i] for i in sorted(part)] for part in dealt if part]
 
 
 def decide_groups(groups: Sequence[Sequence[Row]], vectors: Mapping[str, np.ndarray],
@@ -193,6 +256,12 @@ def _scan(group: Sequence[Row], vectors: Mapping[str, np.ndarray], suites: Mappi
             kept_tasks.append(mine)
             kept.append(row)
     return dropped
+
+
+def _in_order(order: Sequence[Row], found: Mapping[str, str]) -> dict[str, str]:
+    """``found`` in ``order``'s order (the order the one-pass rule decided the rows in)."""
+    return {r["instruction_id"]: found[r["instruction_id"]] for r in order
+            if r["instruction_id"] in found}
 
 
 def _advance(scan: Scan, verdict: bool | None, i: int, asked: dict[int, Ask],
