@@ -76,7 +76,10 @@ Rules, in order (``weigh``):
    fails it, the example separated the voice's reading from another one, and the voice's
    tests stand beside it. When every answer passes it, the example separated nothing (in the
    trust-world benchmark, readings that every expert shared), and the tests are dropped all
-   the same. What stays is the example, which still rejects; but an example alone verifies no
+   the same, and so they are when every one of them restates an example the instruction
+   states (HumanEval/74 on a real run: the 0.5B copied the docstring's five examples as its
+   tests, its answer passed them and was wrong on the tie rule the examples do not show). What
+   stays is the example, which still rejects; but an example alone verifies no
    answer (``Suite.example_only``), so the instruction has nothing to verify with
    (``no_tests``: only the judge-score gate can admit it).
 8. **One program's reading against another's.** A test that only its author's own answer
@@ -202,7 +205,8 @@ def _trust(row: dict, by: str) -> None:
 
 def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequence[Candidate],
           example: Example | None, duplicates: Sequence[dict] = (),
-          contestants: Collection[str] | None = None) -> Verdict:
+          contestants: Collection[str] | None = None,
+          stated: Collection[tuple[str, str]] = ()) -> Verdict:
     """Decide trust for one instruction; updates the rows in place.
 
     Args:
@@ -216,6 +220,8 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
         contestants: every model that answered the instruction (default: the candidates').
             An author whose answer did not run (no code, no entry point, a compile error) is
             still a contestant: its tests are no independent author's.
+        stated: ``(call, expected)`` of every example the instruction states (``example`` is
+            the first): a test that restates one is the instruction's word (rule 7).
 
     Sets ``survived, reason, trusted_by, strength, passed_by, contradicted, consensus`` on
     every row (and ``expected, test_code`` on trusted augmented rows).
@@ -248,7 +254,8 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
         _vote(row, j, candidates, voters, written, example)
     if verdict.status == DECIDED:
         verdict = _disputes(augmented, voters)
-    told_apart = example is not None and any(c.example is False for c in candidates)
+    told_apart = example is not None and any(c.example is False for c in candidates) and any(
+        r["survived"] and not _restates(r, stated) for r in written)
     if verdict.status == DECIDED and not told_apart and _only_unconfirmed(written, augmented):
         for row in written:
             if row["survived"]:
@@ -260,6 +267,12 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
     for row in (*written, *augmented):
         row["consensus"] = passing
     return verdict
+
+
+def _restates(row: dict, stated: Collection[tuple[str, str]]) -> bool:
+    """The test is one of the instruction's own examples, copied by its author."""
+    return row["expected"] is not None and any(
+        row["call"] == call and reprs_agree(row["expected"], expected) for call, expected in stated)
 
 
 def _only_unconfirmed(written: Sequence[dict], augmented: Sequence[dict]) -> bool:

@@ -44,6 +44,7 @@ from arenaforge.stages.verification.evidence import (
 )
 from arenaforge.stages.verification.polyglot.harness import function_job, grade, program_job
 from arenaforge.stages.verification.polyglot.types import UnsupportedType
+from arenaforge.stages.verification.probe_gate import stated_examples
 from arenaforge.stages.verification.suites import (
     AUGMENTED,
     EXAMPLE_KIND,
@@ -184,7 +185,7 @@ def _finish(task: dict, candidates: list[Candidate], seed: int, stats: dict) -> 
         shown = Example(call, expected)
     duplicates = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == DUPLICATE]
     verdict = weigh(written, augmented, candidates, shown, duplicates,
-                    contestants=[model for model, _ in task["answers"]])
+                    contestants=[model for model, _ in task["answers"]], stated=task["stated"])
     for row in rs:
         row.update(suite_status=verdict.status, suite_detail=verdict.detail)
     for j, row in enumerate(augmented):
@@ -284,7 +285,9 @@ def run_polyglot(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str
         work.append({"language": lang, "kind": kind, "sig": sig, "rows": rs,
                      "written": written, "augmented": augmented, "example": example,
                      "cases": _cases(kind, sig, lang, written, augmented, example),
-                     "answers": [(r["model"], r["code"]) for r in rows]})
+                     "answers": [(r["model"], r["code"]) for r in rows],
+                     "stated": stated_examples(rows[0]["instruction"], entry)
+                     if kind == FUNCTION else []})
     jobs, where = [], []
     for w, task in enumerate(work):
         for c, (_, code) in enumerate(task["answers"]):

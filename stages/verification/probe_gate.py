@@ -80,14 +80,32 @@ def instruction_example(instruction: str | None, entry_point: str) -> str | None
     >>> instruction_example("Write add(a, b) returning their sum.", "add") is None
     True
     """
+    found = instruction_examples(instruction, entry_point)
+    return found[0] if found else None
+
+
+def instruction_examples(instruction: str | None, entry_point: str) -> list[str]:
+    """Every example of ``entry_point`` the instruction states, as asserts, in order (the
+    first is ``instruction_example``; a test that restates one of them is the instruction's
+    word, not its author's: evidence rule 7).
+
+    >>> instruction_examples("f(1) ➞ 2\\nf(2) ➞ 3\\nf(1) ➞ 2", "f")
+    ['assert f(1) == 2', 'assert f(2) == 3']
+    """
     if not instruction:
-        return None
-    found = _example_in(instruction, entry_point)
-    if found is None and _COMMENT_PREFIX.search(instruction):
+        return []
+    found = _examples_in(instruction, entry_point)
+    if not found and _COMMENT_PREFIX.search(instruction):
         # A docstring translated into another language's comments (MultiPL-E's ``// >>> f(1)``
-        # then ``// 2``): the same example with the comment markers taken off each line.
-        found = _example_in(_COMMENT_PREFIX.sub("", instruction), entry_point)
-    return found
+        # then ``// 2``): the same examples with the comment markers taken off each line.
+        found = _examples_in(_COMMENT_PREFIX.sub("", instruction), entry_point)
+    return list(dict.fromkeys(found))
+
+
+def stated_examples(instruction: str | None, entry_point: str) -> list[tuple[str, str]]:
+    """``(call, expected)`` of every example the instruction states (evidence rule 7)."""
+    return [shape for text in instruction_examples(instruction, entry_point)
+            if (shape := call_and_expected(text, entry_point)) is not None]
 
 
 # a line comment's marker at the start of a line: ``//``, ``#``, ``--``, ``;;``, a block comment's
@@ -95,7 +113,8 @@ def instruction_example(instruction: str | None, entry_point: str) -> str | None
 _COMMENT_PREFIX = re.compile(r"(?m)^[ \t]*(?://+|#+|--|;+|\*(?!\*))[ \t]?")
 
 
-def _example_in(instruction: str, entry_point: str) -> str | None:
+def _examples_in(instruction: str, entry_point: str) -> list[str]:
+    found = []
     for m in re.finditer(rf"\b{re.escape(entry_point)}\s*\(", instruction):
         end = _balanced_call(instruction, m.end() - 1)
         if end is None:
@@ -110,8 +129,8 @@ def _example_in(instruction: str, entry_point: str) -> str | None:
         parsed = call_and_expected(f"assert {instruction[m.start():end]} == {value}",
                                    entry_point)
         if parsed is not None:
-            return assertion_source(*parsed)
-    return None
+            found.append(assertion_source(*parsed))
+    return found
 
 
 def probe_gate(*, has_code: bool, bound: bool, signature_ok: bool, loads: bool,

@@ -88,7 +88,7 @@ from arenaforge.stages.verification.evidence import (
     weigh,
 )
 from arenaforge.stages.verification.grading import probes
-from arenaforge.stages.verification.probe_gate import instruction_example
+from arenaforge.stages.verification.probe_gate import instruction_example, stated_examples
 from arenaforge.stages.verification.recorded_runs import CANDIDATE_RUN, candidate_run
 from arenaforge.stages.verification.suites import (
     AUGMENTED,
@@ -458,7 +458,7 @@ def _example_row(rs: list[dict], candidates: list[Candidate], verdict: Verdict) 
 
 
 def _judge(iid: str, rs: list[dict], models: list[str], runs: list, seed: int,
-           stats: dict) -> list[dict]:
+           stats: dict, stated: list[tuple[str, str]] = ()) -> list[dict]:
     """Trust and split one instruction's rows (``arenaforge.stages.verification.evidence``);
     returns the example's row (empty when the instruction states none)."""
     tests = _runnable_written(rs)
@@ -466,7 +466,8 @@ def _judge(iid: str, rs: list[dict], models: list[str], runs: list, seed: int,
     example = _example(rs)
     candidates = _candidates(runs, models, example)
     duplicates = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == DUPLICATE]
-    verdict = weigh(tests, augmented, candidates, example, duplicates, contestants=models)
+    verdict = weigh(tests, augmented, candidates, example, duplicates, contestants=models,
+                    stated=stated)
     for row in rs:
         row.update(suite_status=verdict.status, suite_detail=verdict.detail)
     for row in tests:
@@ -550,7 +551,8 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
     for iid, rs in rows.items():
         models = [r["model"] for r in answers[iid]]
         ran = [(r, r["test_code"]) for r in _runnable_written(rs)]
-        rs.extend(_judge(iid, rs, models, runs[iid], ctx.seed, stats))
+        rs.extend(_judge(iid, rs, models, runs[iid], ctx.seed, stats,
+                         stated_examples(answers[iid][0]["instruction"], rs[0]["entry_point"])))
         _record_runs(rs, ran, models, runs[iid], cfg)
         # the example alone is one call, not a suite (``Suite.example_only``)
         no_tests = not any(r["survived"] and r["kind"] != EXAMPLE_KIND for r in rs)

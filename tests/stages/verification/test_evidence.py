@@ -66,6 +66,19 @@ def test_an_author_whose_answer_did_not_run_is_still_a_contestant():
     assert unknown[0]["trusted_by"] == INDEPENDENT_AUTHOR  # what it was taken for before
 
 
+def test_tests_that_only_restate_the_instructions_examples_do_not_stand_as_a_voice():
+    # HumanEval/74: the author copied the docstring's examples; its answer passes them, another
+    # fails the first: the example told readings apart, but the author said nothing beyond it
+    copied = [written("m1", "f([], [])", "[]"), written("m1", "f(['a'], ['bb'])", "['a']")]
+    stated = [("f([], [])", "[]"), ("f(['a'], ['bb'])", "['a']")]
+    answers = [cand("m1", [True, True], example=True), cand("m2", [False, False], example=False)]
+    weigh(copied, [], answers, Example("f([], [])", "[]"), stated=stated)
+    assert [(r["survived"], r["reason"]) for r in copied] == [(False, UNCONFIRMED)] * 2
+    beyond = [written("m1", "f([], [])", "[]"), written("m1", "f(['a'], ['b'])", "['a']")]
+    weigh(beyond, [], answers, Example("f([], [])", "[]"), stated=stated)
+    assert [r["survived"] for r in beyond] == [True, True]  # a test of its own: rule 7 as before
+
+
 def test_evidence_kinds_and_strengths():
     rows = [written("a", "f(1)", "2"), written("b", "f(1)", "2"), written("judge-free", "f(3)", "9"),
             written("a", "f(5)", "25")]
