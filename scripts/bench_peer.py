@@ -16,7 +16,8 @@ agree within 1e-3. ``--judge-protocol pairwise`` generates a verdict per instruc
 orders (``--judge-tokens`` at most); ``pairwise_logprob`` reads A/B once per order.
 
 Each side has its own ``spawn``-ed processes (no llama.cpp/OpenMP state inherited), loaded and
-warmed up (one 1-token request per model; it creates arenaforge's batch context) before timing:
+warmed up (one 1-token request per model; it creates arenaforge's batch context) before timing;
+each run (``--repeat``) starts with no evaluated prompt kept on either side:
 
 - reference: ONE process as a plain user writes it: ``llama_cpp.Llama(path, n_ctx,
   n_threads=--ref-threads)`` (default: all cores) in the script's own environment (OpenMP's
@@ -143,9 +144,14 @@ def reference_process(conn, weights: dict[str, tuple[str, int]], threads: int) -
                         len(tokens) - keep))
         return out
 
+    def handle(op, model_id, *args):
+        if op == "forget":  # the next prompt shares nothing with what was evaluated before
+            llms[model_id].n_tokens = 0
+            return None
+        return (complete if op == "complete" else logprobs)(llms[model_id], *args)
+
     conn.send(policy)
-    serve(conn, lambda op, model_id, *args: (complete if op == "complete" else logprobs)(
-        llms[model_id], *args))
+    serve(conn, handle)
 
 
 def arena_process(conn, registry_path: str, model_ids: list[str], threads: int,
@@ -172,6 +178,8 @@ def arena_process(conn, registry_path: str, model_ids: list[str], threads: int,
             return [reading for reading, _ in b.next_token_logprobs(*args)]
         if op == "judge":  # the judge stage's own reading code, both rounds
             return judge_shard(b, *args)
+        if op == "forget":
+            return b.forget_prompts()
         return [(c.text, c.completion_tokens) for group in getattr(b, op)(*args) for c in group]
 
     conn.send("ready")
@@ -275,7 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeat", type=int, default=1,
                         help="run the job this many times (models loaded once); prints the "
                              "median and range of the ratios")
-    parser.add_argument("--skip", default="", help="phases to leave out: mine")
+    parser.add_argument("--skip", default="",
+                        help="phases not timed: mine, answer (arenaforge still writes the "
+                             "answers the judge reads), e.g. 'mine,answer'")
     parser.add_argument("--batch-size", type=int, default=16,
                         help="arenaforge's batched path (LlamaCppBackend's default: 16)")
     parser.add_argument("--prefix-reuse", action="store_true",
@@ -332,6 +342,8 @@ def job(args, registry, models, ref, arena, workers) -> dict[str, tuple[float, .
     """One run of the peer job; returns per phase (and ``total``) the ratio reference /
     arenaforge first."""
     rows: dict[str, tuple] = {}
+    for model_id in models:  # every run starts cold: nothing of an earlier run is reused
+        call(ref + arena, [("forget", model_id, ())] * (1 + workers))
 
     def report(name, ref_s, arena_s, ref_tok, arena_tok, same, n, unit="tok"):
         rows[name] = (ref_s / arena_s, ref_s, arena_s, same, n)
@@ -377,9 +389,12 @@ def job(args, registry, models, ref, arena, workers) -> dict[str, tuple[float, .
     answers = {}
     for model_id in (MINER, SMALL):
         stop = merged_stop(answer, registry[model_id].stop)
-        got = phase(f"answer/{model_id.split('-')[0]}",
-                    ("complete", model_id, (render(model_id, convs), answer, stop)),
-                    [("chat", model_id, (s, answer)) for s in split(convs, workers)])
+        msgs = [("chat", model_id, (s, answer)) for s in split(convs, workers)]
+        if "answer" in args.skip:  # arenaforge's answers, untimed: they are the judge's input
+            got = [x for out in call(arena, msgs)[0] for x in out]
+        else:
+            got = phase(f"answer/{model_id.split('-')[0]}",
+                        ("complete", model_id, (render(model_id, convs), answer, stop)), msgs)
         answers[model_id] = [text for text, _ in got]
 
     # 3. judging on arenaforge's answers; a pair's orders stay together as the judge stage

@@ -261,6 +261,16 @@ class LlamaCppBackend(RenderedChat):
                    for c in conversations]
         return next_token_logprobs(self, prompts, candidates)
 
+    def forget_prompts(self) -> None:
+        """Evaluate every later prompt from scratch: no KV of an earlier one is reused (a
+        benchmark's repeated runs start as cold as the first)."""
+        with self._lock:
+            self.llm.n_tokens = 0
+            if self.prefix_states is not None:
+                self.prefix_states.clear()
+            if self._batcher:
+                self._batcher.forget()
+
     def close(self) -> None:
         """Free the model and context."""
         batcher, self._batcher = getattr(self, "_batcher", None), None

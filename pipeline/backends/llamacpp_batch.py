@@ -328,6 +328,12 @@ class BatchedDecoder:
             text=text.text, finish_reason=reason, prompt_tokens=slot.n_prompt,
             completion_tokens=text.n_tokens))
 
+    def forget(self) -> None:
+        """Drop the KV that free slots keep for a later call's prefix reuse."""
+        for slot in self._slots:
+            if not slot.active:
+                self._seq_rm(slot, 0)
+
     def close(self) -> None:
         """Free the context and the batch (the model belongs to the ``Llama``)."""
         if getattr(self, "ctx", None):

@@ -64,6 +64,11 @@ class PrefixStates:
             collections.OrderedDict())
         self.size = 0
 
+    def clear(self) -> None:
+        """Drop every saved state."""
+        self._states.clear()
+        self.size = 0
+
     def __contains__(self, key: tuple[int, ...]) -> bool:
         return key in self._states
 

@@ -90,3 +90,14 @@ def test_prefix_states_keep_the_longest_match():
     states._states[(1, 2, 9, 9)] = bytearray(4)
     assert states.longest([1, 2, 9, 5]) == ((1, 2, 9, 9), 3)
     assert states.longest([7]) == ((), 0)
+
+
+def test_forget_prompts_starts_cold(backend):
+    (r1a, _), (r2a, _) = rounds(backend)
+    read(backend, [r1a], 64 << 20)
+    backend.forget_prompts()
+    readings = next_token_logprobs(backend, [r2a], DIGITS)
+    assert readings[0][1] is None
+    stats = backend.logprob_stats
+    assert stats["evaluated_tokens"] == stats["prompt_tokens"]  # r2a whole: nothing of r1a
+    assert stats["restores"] == 0 and backend.prefix_states.size == 0
