@@ -341,7 +341,11 @@ def build_task(problem: dict[str, str]) -> Task:
 
 def _limit_worker() -> None:
     signal.signal(signal.SIGALRM, _alarm)
-    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))  # a mutant that grows forever
+    # a mutant that grows forever: 2 GiB more than the forked worker starts with (it inherits
+    # its parent's address space, several GiB inside a test process that has loaded torch)
+    with open("/proc/self/statm") as f:
+        size = int(f.read().split()[0]) * os.sysconf("SC_PAGE_SIZE")
+    resource.setrlimit(resource.RLIMIT_AS, (size + (2 << 30), size + (2 << 30)))
 
 
 def build_world(problems: list[dict[str, str]], workers: int = 2) -> dict[str, Task]:

@@ -144,10 +144,13 @@ def test_decontaminate_embeds_while_the_stage_before_it_runs(tmp_path, ray_local
             "compress": compress.CompressConfig()}
     stores, loaded = {}, {}
     for name, executor in (("ray", RayExecutor()), ("inline", InlineExecutor(1))):
-        store = stores[name] = RunStore(tmp_path / name)
+        # a run name of its own: a Ray worker keeps a run's benchmark vectors by run id
+        # (decontaminate.benchmark_vectors), and another test's run "ray" may have used it
+        run_dir = tmp_path / f"ahead-{name}"
+        store = stores[name] = RunStore(run_dir)
         store.open("ahead", "ahead: true\n")
         try:
-            run_stages(AHEAD_SPECS, cfgs, toy_ctx(tmp_path / name), store, executor, 4,
+            run_stages(AHEAD_SPECS, cfgs, toy_ctx(run_dir), store, executor, 4,
                        show_progress=False)
             loaded.update(executor.loaded_models() if name == "ray" else {})
         finally:
