@@ -76,9 +76,11 @@ Rules, in order (``weigh``):
    fails it, the example separated the voice's reading from another one, and the voice's
    tests stand beside it. When every answer passes it, the example separated nothing (in the
    trust-world benchmark, readings that every expert shared), and the tests are dropped all
-   the same, and so they are when every one of them restates an example the instruction
-   states (HumanEval/74 on a real run: the 0.5B copied the docstring's five examples as its
-   tests, its answer passed them and was wrong on the tie rule the examples do not show). What
+   the same. So are the trusted tests when every one of them restates an example the
+   instruction states, whoever wrote them and however many authors copied them (their
+   agreement is the instruction's word, not two voices): HumanEval/74 on a real run, where the
+   0.5B, and with a second author the 1.5B too, copied the docstring's five examples as their
+   tests, and the 0.5B's answer passed them and was wrong on the tie rule no example shows. What
    stays is the example, which still rejects; but an example alone verifies no
    answer (``Suite.example_only``), so the instruction has nothing to verify with
    (``no_tests``: only the judge-score gate can admit it).
@@ -254,9 +256,10 @@ def weigh(written: Sequence[dict], augmented: Sequence[dict], candidates: Sequen
         _vote(row, j, candidates, voters, written, example)
     if verdict.status == DECIDED:
         verdict = _disputes(augmented, voters)
-    told_apart = example is not None and any(c.example is False for c in candidates) and any(
-        r["survived"] and not _restates(r, stated) for r in written)
-    if verdict.status == DECIDED and not told_apart and _only_unconfirmed(written, augmented):
+    told_apart = example is not None and any(c.example is False for c in candidates)
+    if verdict.status == DECIDED and (
+            not told_apart and _only_unconfirmed(written, augmented)
+            or _only_restated(written, augmented, stated)):
         for row in written:
             if row["survived"]:
                 _drop(row, UNCONFIRMED)
@@ -273,6 +276,14 @@ def _restates(row: dict, stated: Collection[tuple[str, str]]) -> bool:
     """The test is one of the instruction's own examples, copied by its author."""
     return row["expected"] is not None and any(
         row["call"] == call and reprs_agree(row["expected"], expected) for call, expected in stated)
+
+
+def _only_restated(written: Sequence[dict], augmented: Sequence[dict],
+                   stated: Collection[tuple[str, str]]) -> bool:
+    """Rule 7: every trusted expectation restates an example the instruction states, whoever
+    wrote it and however many authors copied it: the instruction's examples alone."""
+    trusted = [r for r in (*written, *augmented) if r["survived"]]
+    return bool(stated) and bool(trusted) and all(_restates(r, stated) for r in trusted)
 
 
 def _only_unconfirmed(written: Sequence[dict], augmented: Sequence[dict]) -> bool:

@@ -74,6 +74,10 @@ def test_tests_that_only_restate_the_instructions_examples_do_not_stand_as_a_voi
     answers = [cand("m1", [True, True], example=True), cand("m2", [False, False], example=False)]
     weigh(copied, [], answers, Example("f([], [])", "[]"), stated=stated)
     assert [(r["survived"], r["reason"]) for r in copied] == [(False, UNCONFIRMED)] * 2
+    # two authors' agreeing copies of the examples are still only the instruction's word
+    agreeing = [written("m1", "f([], [])", "[]"), written("m3", "f([], [])", "[]")]
+    weigh(agreeing, [], answers, Example("f([], [])", "[]"), stated=stated)
+    assert [(r["survived"], r["reason"]) for r in agreeing] == [(False, UNCONFIRMED)] * 2
     beyond = [written("m1", "f([], [])", "[]"), written("m1", "f(['a'], ['b'])", "['a']")]
     weigh(beyond, [], answers, Example("f([], [])", "[]"), stated=stated)
     assert [r["survived"] for r in beyond] == [True, True]  # a test of its own: rule 7 as before
