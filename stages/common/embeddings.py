@@ -97,9 +97,17 @@ def cache_name(model_path: Path, precision: str = "float32") -> str:
 
 def embedder_for(model_path: Path, device: str | None = None, ctx: Any = None) -> Any:
     """The embedder: the context's (the run's service on Ray, the process's inline) when there
-    is one, else one of its own (``arenaforge.pipeline.embedder.LocalEmbedder``)."""
+    is one, else this process's own (``own_embedder``)."""
     if ctx is not None and callable(getattr(ctx, "embedder", None)):
         return ctx.embedder(model_path, device)
+    return own_embedder(model_path, device)
+
+
+@functools.lru_cache(maxsize=2)
+def own_embedder(model_path: Path, device: str | None = None) -> Any:
+    """A ``LocalEmbedder`` loaded once per process and model, for callers without a context
+    (``run(table, cfg, None)``, a library user's batches), as ``RunContext.embedder`` keeps one
+    inline: without it every call loaded the model again (decontaminate twice per call)."""
     from arenaforge.pipeline.embedder import LocalEmbedder
 
     return LocalEmbedder(model_path, device)

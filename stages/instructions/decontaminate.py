@@ -4,9 +4,10 @@ Input columns: ``instruction_id, instruction``. Sharded: each row is checked on 
 fixed costs are paid once per worker process, not per shard: the benchmarks are read and
 n-gram indexed once per config (:func:`benchmark_index`), their unit vectors fetched once per
 run (through the run's embedding cache), and the embedding model is the context's (once per
-process inline, once per run on Ray; without a context, once per process here). The stage's
-stats count what a run paid: ``benchmark_index_builds`` and ``benchmark_embeddings`` are the
-number of worker processes that built the index and fetched the vectors.
+process inline, once per run on Ray; without a context, once per process too:
+``arenaforge.stages.common.embeddings.own_embedder``). The stage's stats count what a run
+paid: ``benchmark_index_builds`` and ``benchmark_embeddings`` are the number of worker
+processes that built the index and fetched the vectors.
 Dropped rows carry ``reason`` (``ngram_overlap`` or ``embedding_similarity``) and
 ``contamination``: JSON evidence, a list of ``{method, benchmark, task_id, field, ...}`` matches.
 
@@ -250,39 +251,12 @@ def _benchmark_index(cfg_json: str, versions: tuple) -> BenchmarkIndex:
     return BenchmarkIndex(NgramIndex(ngram_docs, cfg.ngram), embed_docs)
 
 
-class _OwnEmbedding:
-    """What :func:`embed_cached` uses of a context, for a call without one (``run(table, cfg,
-    None)``, a library user's batches): the model loaded once per process, as
-    ``RunContext.embedder`` does inline, and no run cache. Without it every call loaded the
-    model twice (once per embedding call)."""
-
-    def embedder(self, model_path: Path, device: str | None = None) -> Any:
-        return _own_embedder(model_path, device)
-
-    def table_cache(self, name: str) -> None:
-        return None
-
-
-@functools.lru_cache(maxsize=2)
-def _own_embedder(model_path: Path, device: str | None) -> Any:
-    from arenaforge.stages.common.embeddings import embedder_for
-
-    return embedder_for(model_path, device)
-
-
-_OWN_EMBEDDING = _OwnEmbedding()
-
-
-def _embedding_context(ctx: Any) -> Any:
-    return _OWN_EMBEDDING if ctx is None else ctx
-
-
 def document_vectors(docs: Sequence[Doc], cfg: EmbeddingCheck, ctx: Any = None) -> Any:
     """Unit embeddings of the documents' texts, through the run's cache (one exact part that
     every worker of a run reads or writes; ``ctx`` None: no cache)."""
     from arenaforge.stages.common.embeddings import embed_cached, unit_rows
 
-    vecs, _, _ = embed_cached([d[3] for d in docs], _embedding_context(ctx), cfg.model,
+    vecs, _, _ = embed_cached([d[3] for d in docs], ctx, cfg.model,
                               batch_size=cfg.batch_size, lookup="exact",
                               precision=cfg.precision or "float32")
     return unit_rows(vecs)
@@ -326,7 +300,7 @@ def embedding_matches(instructions: Sequence[str], docs: Sequence[Doc],
 
     # An exact lookup: the shard's instructions are its own part of the run's cache (what a
     # rerun finds, and what compress scans).
-    mine, _, _ = embed_cached(instructions, _embedding_context(ctx), cfg.model,
+    mine, _, _ = embed_cached(instructions, ctx, cfg.model,
                               batch_size=cfg.batch_size, lookup="exact",
                               precision=cfg.precision or "float32")
     if doc_vectors is None:

@@ -10,6 +10,7 @@ import pyarrow as pa
 import pytest
 from arenaforge.pipeline.store import TableCache
 from arenaforge.pipeline.textnorm import instruction_id, normalize_text
+from arenaforge.stages.common import embeddings
 from arenaforge.stages.common.embeddings import embedder_for
 from arenaforge.stages.instructions import decontaminate
 from arenaforge.stages.instructions.decontaminate import DecontaminateConfig, run
@@ -132,9 +133,9 @@ def test_fixed_costs_are_paid_once_per_process_and_run_with_the_same_decisions(t
 def test_without_a_context_the_model_loads_once_per_process():
     cfg, [first, second] = DecontaminateConfig(), _shards(2)
     run(first, cfg, None)
-    loads = decontaminate._own_embedder.cache_info().misses
+    loads = embeddings.own_embedder.cache_info().misses
     again = run(second, cfg, None)
-    assert decontaminate._own_embedder.cache_info().misses == loads
+    assert embeddings.own_embedder.cache_info().misses == loads
     assert again.stats["benchmark_embeddings"] == 0
 
 
