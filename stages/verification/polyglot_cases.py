@@ -62,7 +62,7 @@ from arenaforge.stages.verification.polyglot.types import (
     infer_type,
     parse_signature,
 )
-from arenaforge.stages.verification.probe_gate import instruction_example
+from arenaforge.stages.verification.probe_gate import stated_examples
 from arenaforge.stages.verification.test_split import _NOT_LITERAL, literal, normalised_call
 
 PROGRAM_ENTRY = "main"  # a whole program's entry point, as the tests table names it
@@ -176,16 +176,23 @@ def _literal_args(call: Any) -> list | None:
 
 
 def _case_of_assert(test: str, entry: str) -> dict:
+    """``{"args": [...], "expected": v}`` of a literal equality assert, else ``{"unparsed":
+    test}`` (what an author's assert and the instruction's example both become)."""
     from arenaforge.stages.verification.test_split import call_and_expected
 
-    shape = call_and_expected(test, entry)
-    if shape is not None:
-        call = ast.parse(shape[0], mode="eval").body
-        args = _literal_args(call) if isinstance(call, ast.Call) and not call.keywords else None
+    return _case_of_shape(call_and_expected(test, entry), test)
+
+
+def _case_of_shape(shape: tuple[str, str] | None, test: str) -> dict:
+    """The case of a ``(normalised call, repr of the value)`` (``call_and_expected``'s), else
+    ``{"unparsed": test}``."""
+    call = ast.parse(shape[0], mode="eval").body if shape is not None else None
+    if isinstance(call, ast.Call) and not call.keywords:
+        args = _literal_args(call)
         try:
             if args is not None:
                 return {"args": args, "expected": _json_like(literal(shape[1]))}
-        except TypeError:
+        except TypeError:  # a value no case holds (a set, bytes)
             pass
     return {"unparsed": test}
 
@@ -428,15 +435,13 @@ def example_case(instruction: str, kind: str, entry: str) -> dict | None:
     if kind == PROGRAM:
         m = _PROGRAM_EXAMPLE.search(instruction or "")
         return {"stdin": m.group("stdin"), "stdout": m.group("stdout")} if m else None
-    assertion = instruction_example(instruction, entry)
-    if assertion is None:
+    stated = stated_examples(instruction, entry)
+    raw = _case_of_shape(stated[0], "") if stated else {"unparsed": None}
+    if "unparsed" in raw:
         return None
-    test = ast.parse(assertion).body[0].test  # type: ignore[attr-defined]
-    args = [literal(ast.unparse(a)) for a in test.left.args]
-    value = literal(ast.unparse(test.comparators[0]))
     try:
-        case = call_case([_json_like(a) for a in args], _json_like(value))
-    except (CaseError, TypeError):
+        case = call_case(raw["args"], raw["expected"])
+    except CaseError:
         return None
     return {"args": list(case.args), "expected": case.expected}
 

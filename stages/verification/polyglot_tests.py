@@ -258,10 +258,10 @@ def run_polyglot(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str
         sig = None
         try:
             if kind == FUNCTION:
-                stated = pc.stated_declaration(rows[0]["instruction"], lang, entry)
+                declared = pc.stated_declaration(rows[0]["instruction"], lang, entry)
                 sig = pc.choose_signature(
                     entry, [r for r, _ in replies.values()], lang,
-                    stated=stated[1] if stated and stated[0] == entry else None,
+                    stated=declared[1] if declared and declared[0] == entry else None,
                     example=example)
             if example is not None:
                 pc.check_case(kind, example, sig, lang)

@@ -80,17 +80,18 @@ def instruction_example(instruction: str | None, entry_point: str) -> str | None
     >>> instruction_example("Write add(a, b) returning their sum.", "add") is None
     True
     """
-    found = instruction_examples(instruction, entry_point)
-    return found[0] if found else None
+    found = stated_examples(instruction, entry_point)
+    return assertion_source(*found[0]) if found else None
 
 
-def instruction_examples(instruction: str | None, entry_point: str) -> list[str]:
-    """Every example of ``entry_point`` the instruction states, as asserts, in order (the
-    first is ``instruction_example``; a test that restates one of them is the instruction's
-    word, not its author's: evidence rule 7).
+def stated_examples(instruction: str | None, entry_point: str) -> list[tuple[str, str]]:
+    """``(normalised call, repr of the value)`` of every example the instruction states, in
+    order, each once; the first is ``instruction_example``'s. A test that restates one is the
+    instruction's word, not its author's (evidence rule 7). The shapes are read as they are
+    found, not back from their asserts: a float's assert is a tolerance helper, not one ``==``.
 
-    >>> instruction_examples("f(1) ➞ 2\\nf(2) ➞ 3\\nf(1) ➞ 2", "f")
-    ['assert f(1) == 2', 'assert f(2) == 3']
+    >>> stated_examples("f(1) ➞ 2.5\\nf(2) ➞ 3\\nf(1) ➞ 2.5", "f")
+    [('f(1)', '2.5'), ('f(2)', '3')]
     """
     if not instruction:
         return []
@@ -102,18 +103,12 @@ def instruction_examples(instruction: str | None, entry_point: str) -> list[str]
     return list(dict.fromkeys(found))
 
 
-def stated_examples(instruction: str | None, entry_point: str) -> list[tuple[str, str]]:
-    """``(call, expected)`` of every example the instruction states (evidence rule 7)."""
-    return [shape for text in instruction_examples(instruction, entry_point)
-            if (shape := call_and_expected(text, entry_point)) is not None]
-
-
 # a line comment's marker at the start of a line: ``//``, ``#``, ``--``, ``;;``, a block comment's
 # ``*`` continuation, with the space after it
 _COMMENT_PREFIX = re.compile(r"(?m)^[ \t]*(?://+|#+|--|;+|\*(?!\*))[ \t]?")
 
 
-def _examples_in(instruction: str, entry_point: str) -> list[str]:
+def _examples_in(instruction: str, entry_point: str) -> list[tuple[str, str]]:
     found = []
     for m in re.finditer(rf"\b{re.escape(entry_point)}\s*\(", instruction):
         end = _balanced_call(instruction, m.end() - 1)
@@ -129,7 +124,7 @@ def _examples_in(instruction: str, entry_point: str) -> list[str]:
         parsed = call_and_expected(f"assert {instruction[m.start():end]} == {value}",
                                    entry_point)
         if parsed is not None:
-            found.append(assertion_source(*parsed))
+            found.append(parsed)
     return found
 
 

@@ -282,6 +282,10 @@ def test_the_instructions_declaration_fixes_arity_and_names_and_its_example_is_r
     assert stated == ("sum_squares", ("lst",))
     example = pc.example_case(instruction, "function", "sum_squares")
     assert example == {"args": [[1, 2]], "expected": 5}
+    # a float's example (its assert is a tolerance helper, not one ``==``) is a case too
+    assert pc.example_case("```js\n// >>> truncate_number(3.5)\n// 0.5\n"
+                           "function truncate_number(number) {\n```", "function",
+                           "truncate_number") == {"args": [3.5], "expected": 0.5}
     replies = [pc.parse_reply("```python\nassert sum_squares(1, 4, 9) == 98\n"
                               "assert sum_squares(2, 2, 2) == 12\n```", "function",
                               "sum_squares", max_cases=5, max_inputs=5),
