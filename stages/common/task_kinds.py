@@ -6,7 +6,7 @@ stdin in and stdout out), from ``mine`` to the dataset. A row from before they e
 table without the columns) is a Python function, which is what such runs made. A Python
 function takes the Python path of the verification stages, as it always did
 (``uses_python_path``); every other task takes the language-neutral one
-(``arenaforge.stages.verification.polyglot``).
+(``arenaforge.stages.verification.harness``).
 
 Example::
 
@@ -24,7 +24,7 @@ from typing import Any
 import pyarrow as pa
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.sandbox.languages.catalog import LANGUAGES, resolve_language
-from arenaforge.stages.verification.polyglot.cases import (
+from arenaforge.stages.verification.harness.cases import (
     FUNCTION,
     PROGRAM,
     TASK_KINDS,

@@ -59,7 +59,7 @@ from arenaforge.stages.instructions.sources import (
     InstructionSourceError,
     load_instructions,
 )
-from arenaforge.stages.verification.polyglot.cases import FUNCTION, PROGRAM
+from arenaforge.stages.verification.harness.cases import FUNCTION, PROGRAM
 from pydantic import AfterValidator, Field, ValidationInfo, field_validator
 from pydantic_core import PydanticCustomError
 

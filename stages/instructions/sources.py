@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from arenaforge.pipeline.sandbox.languages.catalog import UnknownLanguage, resolve_language
-from arenaforge.stages.verification.polyglot.cases import FUNCTION, resolve_task_kind
+from arenaforge.stages.verification.harness.cases import FUNCTION, resolve_task_kind
 
 FILE_TEMPLATE = "file"  # the ``template`` of a row read from a file: no model wrote it
 JSONL_SUFFIXES = (".jsonl", ".ndjson")

@@ -8,7 +8,7 @@ one task when each one's verified answer passes the other's trusted tests (its e
 included), in the sandbox, bound to the other's entry point. Only pairs that are also close in
 text (``max_distance``) and are tasks of one language and kind are tried, so the cost stays
 small (another language's answer is graded in its own harness:
-``arenaforge.stages.verification.polyglot_grading``).
+``arenaforge.stages.verification.grading``).
 
 Rows are taken in compress's order (lowest ``kcenter_rank`` first); each is tried only against
 the nearest few rows kept so far (``max_tries``), so a group of k rewordings costs about k pair
@@ -140,7 +140,7 @@ def decide_groups(groups: Sequence[Sequence[Row]], vectors: Mapping[str, np.ndar
     """``{dropped instruction_id: kept instruction_id}`` of any share of ``task_groups``'
     groups (arguments as ``duplicate_tasks``'). Each group is scanned in its own order; every
     sandbox batch holds the next grading of each group still scanning."""
-    from arenaforge.stages.verification.polyglot_grading import grade_any
+    from arenaforge.stages.verification.grading import grade_any
 
     dtype, width = _vector_layout(vectors)
     scans = [_scan(g, vectors, suites, max_distance, max_tries, dtype, width) for g in groups]

@@ -20,7 +20,7 @@ push the answer towards one side of the contradiction). A repaired attempt must 
 (the example and ``min_pass_fraction`` of the trusted tests, as verify decides).
 
 A task that is not a Python function (its ``language`` and ``task_kind``) is repaired the same
-way in its own language: graded by ``arenaforge.stages.verification.polyglot_grading``, the
+way in its own language: graded by ``arenaforge.stages.verification.grading``, the
 feedback (``task_feedback``, templates ``repair_task_*.txt``) shows the failing visible case as
 data, or the compiler's message when the answer did not compile, and asks for one block of that
 language's code (``extract_answer``); nothing is probed.
@@ -57,8 +57,12 @@ from arenaforge.stages.common.task_kinds import (
     table_tasks,
     uses_python_path,
 )
-from arenaforge.stages.verification.grading import REPAIRABLE, Graded
-from arenaforge.stages.verification.polyglot_grading import COMPILE_ERROR_CLASS, grade_any
+from arenaforge.stages.verification.grading import (
+    COMPILE_ERROR_CLASS,
+    REPAIRABLE,
+    Graded,
+    grade_any,
+)
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, Suite, trusted_suites
 from arenaforge.stages.verification.test_parsing import extract_program, probe_program
 from arenaforge.stages.verification.verify import (

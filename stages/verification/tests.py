@@ -2,7 +2,7 @@
 
 A task that is not a Python function (another ``language``, or ``task_kind`` ``program``;
 ``arenaforge.stages.common.task_kinds``) takes the language-neutral path
-(``arenaforge.stages.verification.polyglot_tests``): the authors write cases as data, every
+(``arenaforge.stages.verification.case_tests``): the authors write cases as data, every
 answer runs on them in its own language's harness, and the same evidence rules decide. What
 follows is the Python path, which a Python function takes as it always did.
 
@@ -521,11 +521,11 @@ def run(table: pa.Table, cfg: TestGenConfig, ctx: StageContext) -> StageResult:
     rows: dict[str, list[dict]] = {}
     out_rows, stats = [], defaultdict(float)
     if others:
-        from arenaforge.stages.verification.polyglot_tests import run_polyglot
+        from arenaforge.stages.verification.case_tests import run_cases
 
-        polyglot_rows, polyglot_stats = run_polyglot(others, tasks, authors, cfg, ctx, _base)
-        out_rows.extend(polyglot_rows)
-        for key, value in polyglot_stats.items():
+        case_rows, case_stats = run_cases(others, tasks, authors, cfg, ctx, _base)
+        out_rows.extend(case_rows)
+        for key, value in case_stats.items():
             stats[key] += value
     for iid in answers:
         entry, source = entries[iid] or (None, None)

@@ -36,7 +36,7 @@ are counts (``tested.<model>``, ``passed.<model>``, ``no_entry_point.<model>``,
 ``flipped``, ``no_tests``, ``reused_tests_run``) that add up over shards. It runs no model.
 
 A task that is not a Python function (the rows' ``language`` and ``task_kind``) is graded in
-its own language (``arenaforge.stages.verification.polyglot_grading``) into the same columns:
+its own language (``arenaforge.stages.verification.grading``) into the same columns:
 its tests are cases as data, a wrong value or output is error class ``assertion``, and an
 answer that does not compile is the answer's failure (status ``error``, error class
 ``compile_error``, admission ``no_usable_code``). Such rows add the counts
@@ -59,8 +59,13 @@ from arenaforge.stages.verification.execution import (  # noqa: F401  (re-export
     execute,
     summarize,
 )
-from arenaforge.stages.verification.grading import VERIFIED, Graded, grade  # noqa: F401
-from arenaforge.stages.verification.polyglot_grading import grade_any, language_stats
+from arenaforge.stages.verification.grading import (  # noqa: F401
+    VERIFIED,
+    Graded,
+    grade,
+    grade_any,
+    language_stats,
+)
 from arenaforge.stages.verification.recorded_runs import EVIDENCE_COLUMNS, recorded_runs
 from arenaforge.stages.verification.stated_outputs import NONE as NO_STATED_OUTPUT
 from arenaforge.stages.verification.suites import SUITE_COLUMNS, suites_of_rows

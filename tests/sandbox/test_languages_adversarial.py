@@ -27,8 +27,8 @@ from arenaforge.pipeline.sandbox.languages import (
     toolchain,
 )
 from arenaforge.pipeline.sandbox.result import MEMORY
-from arenaforge.stages.verification.polyglot import complete_signature, function_job, grade
-from arenaforge.stages.verification.polyglot.cases import CallCase
+from arenaforge.stages.verification.harness import complete_signature, function_job, grade
+from arenaforge.stages.verification.harness.cases import CallCase
 from sandbox_support import UID_BASE, processes_of_uids, requires_isolation
 
 pytestmark = requires_isolation

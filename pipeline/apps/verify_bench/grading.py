@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from arenaforge.pipeline.apps.verify_bench.problems import Problem
-from arenaforge.stages.verification.polyglot.cases import PROGRAM
+from arenaforge.stages.verification.harness.cases import PROGRAM
 
 NO_ANSWER = "no_answer"
 
@@ -42,7 +42,7 @@ def grade_answers(pool: Any, items: Sequence[tuple[Problem, str]], *, timeout_s:
     from arenaforge.pipeline.apps.evaluate_languages import HARNESS_ERROR, case_status
     from arenaforge.pipeline.apps.humaneval_translate import language_signature
     from arenaforge.pipeline.sandbox.result import Job
-    from arenaforge.stages.verification.polyglot import function_job, program_job
+    from arenaforge.stages.verification.harness import function_job, program_job
 
     out: list[tuple[bool, str]] = [(False, NO_ANSWER)] * len(items)
     python_jobs, python_at, programs, programs_at, cases = [], [], [], [], []

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from arenaforge.pipeline.apps.humaneval_translate import Translation, Untranslatable
-from arenaforge.stages.verification.polyglot.cases import FUNCTION, PROGRAM, IOCase
+from arenaforge.stages.verification.harness.cases import FUNCTION, PROGRAM, IOCase
 
 FUNCTION_TEMPLATE, PROGRAM_TEMPLATE = "verify_bench_function.txt", "verify_bench_program.txt"
 HUMANEVAL = "humaneval"

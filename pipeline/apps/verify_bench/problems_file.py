@@ -43,7 +43,7 @@ from arenaforge.pipeline.apps.verify_bench.problems import (
     instruction_text,
     selection_order,
 )
-from arenaforge.stages.verification.polyglot.cases import FUNCTION, PROGRAM
+from arenaforge.stages.verification.harness.cases import FUNCTION, PROGRAM
 
 FIELDS = {
     "task_id": "optional: the problem's name in the card (default: row-N)",
@@ -131,7 +131,7 @@ def problem_from_row(obj: Any, row: int) -> Problem:
         UnknownLanguage,
         resolve_language,
     )
-    from arenaforge.stages.verification.polyglot.cases import resolve_task_kind
+    from arenaforge.stages.verification.harness.cases import resolve_task_kind
 
     if not isinstance(obj, dict):
         raise ValueError(f"expected a JSON object, got {type(obj).__name__}")  # noqa: TRY004
@@ -176,7 +176,7 @@ def _text(obj: dict, field: str, default: str) -> str:
 
 def _hidden(language: str, task_kind: str, prompt: str, entry_point: str | None, tests: Any,
             signature: Any, task_id: str) -> Hidden:
-    from arenaforge.stages.verification.polyglot.cases import CaseError, load_cases
+    from arenaforge.stages.verification.harness.cases import CaseError, load_cases
 
     if isinstance(tests, str):
         if (language, task_kind) != ("python", FUNCTION):
@@ -206,7 +206,7 @@ def _translation(task_id: str, language: str, prompt: str, entry_point: str, cas
                  signature: Any) -> Translation:
     """Call cases with their typed signature, checked against the language's harness."""
     from arenaforge.pipeline.apps.humaneval_translate import check_language
-    from arenaforge.stages.verification.polyglot import UnsupportedType, complete_signature
+    from arenaforge.stages.verification.harness import UnsupportedType, complete_signature
 
     if signature is not None and not isinstance(signature, str):
         raise ValueError(f"field 'signature': expected text, got {type(signature).__name__}")

@@ -37,7 +37,7 @@ def test_rewordings_of_one_task_keep_the_first_compress_chose(sandbox_pool):
 
 
 def test_each_rewording_is_tried_against_the_kept_rows_only(sandbox_pool, monkeypatch):
-    from arenaforge.stages.verification import polyglot_grading
+    from arenaforge.stages.verification import grading
 
     plus = "def plus(x, y):\n    return x + y\n"
     rows = [{"instruction_id": "add", "code": ADD, "kcenter_rank": 1},
@@ -48,13 +48,13 @@ def test_each_rewording_is_tried_against_the_kept_rows_only(sandbox_pool, monkey
               "plus": suite("plus", "plus", ["assert plus(1, 1) == 2"])}
     vectors = {k: np.array([1.0, 0.0]) for k in suites}
     graded = []
-    real = polyglot_grading.grade_any
+    real = grading.grade_any
 
     def counting(pool, items, *args, **kwargs):
         graded.extend(items)
         return real(pool, items, *args, **kwargs)
 
-    monkeypatch.setattr(polyglot_grading, "grade_any", counting)
+    monkeypatch.setattr(grading, "grade_any", counting)
     dropped = duplicate_tasks(rows, vectors, suites, sandbox_pool, max_distance=0.75)
     # both rewordings repeat the first compress chose, and map to it; "plus" is tried against
     # "add" only (sum is gone): 2 gradings a pair, 2 pairs, where all pairs would be 3
@@ -63,7 +63,7 @@ def test_each_rewording_is_tried_against_the_kept_rows_only(sandbox_pool, monkey
 
 
 def test_a_row_is_tried_against_the_nearest_kept_rows_only(sandbox_pool, monkeypatch):
-    from arenaforge.stages.verification import polyglot_grading
+    from arenaforge.stages.verification import grading
 
     rows = [{"instruction_id": "prime", "code": IS_PRIME, "kcenter_rank": 1},
             {"instruction_id": "count", "code": COUNT, "kcenter_rank": 2},
@@ -77,13 +77,13 @@ def test_a_row_is_tried_against_the_nearest_kept_rows_only(sandbox_pool, monkeyp
     vectors = {"prime": np.array([0.0, 1.0]), "count": np.array([0.3, 0.95]),
                "add": np.array([1.0, 0.0]), "sum": np.array([0.99, 0.14])}
     graded = []
-    real = polyglot_grading.grade_any
+    real = grading.grade_any
 
     def counting(pool, items, *args, **kwargs):
         graded.extend((code.split("(")[0], suite.instruction_id) for code, suite in items)
         return real(pool, items, *args, **kwargs)
 
-    monkeypatch.setattr(polyglot_grading, "grade_any", counting)
+    monkeypatch.setattr(grading, "grade_any", counting)
     dropped = duplicate_tasks(rows, vectors, suites, sandbox_pool, max_distance=2.0,
                               max_tries=1)
     assert dropped == {"sum": "add"}

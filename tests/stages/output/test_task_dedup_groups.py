@@ -115,13 +115,13 @@ def synthetic(n, seed, dim=32, families=60):
     (3000, 0, 0.75, 3), (3000, 1, 0.75, 1), (2000, 2, 0.5, 3), (2000, 3, 1.2, 2)])
 def test_groups_choose_exactly_what_the_one_pass_rule_chose(monkeypatch, n, seed, max_distance,
                                                            max_tries):
-    from arenaforge.stages.verification import polyglot_grading
+    from arenaforge.stages.verification import grading
 
     rows, vectors, suites = synthetic(n, seed)
     old, new = RecordingGrader(), RecordingGrader()
     expected = reference_duplicate_tasks(rows, vectors, suites, old, max_distance=max_distance,
                                          max_tries=max_tries)
-    monkeypatch.setattr(polyglot_grading, "grade_any", new)
+    monkeypatch.setattr(grading, "grade_any", new)
     got = duplicate_tasks(rows, vectors, suites, None, max_distance=max_distance,
                           max_tries=max_tries)
     assert len(expected) > n // 10  # the rule had work to do

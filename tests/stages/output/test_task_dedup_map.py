@@ -53,9 +53,9 @@ class MapCtx:
 
 @pytest.fixture
 def grader(monkeypatch):
-    from arenaforge.stages.verification import polyglot_grading
+    from arenaforge.stages.verification import grading
 
-    monkeypatch.setattr(polyglot_grading, "grade_any", RecordingGrader())
+    monkeypatch.setattr(grading, "grade_any", RecordingGrader())
 
 
 @pytest.mark.parametrize("workers", [1, 2, 5, 64])

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 from arenaforge.pipeline.sandbox.languages import LANGUAGE_IDS, LANGUAGES, toolchain
-from arenaforge.stages.verification.polyglot.cases import FUNCTION, load_cases
-from arenaforge.stages.verification.polyglot.harness import (
+from arenaforge.stages.verification.harness.cases import FUNCTION, load_cases
+from arenaforge.stages.verification.harness.jobs import (
     complete_signature,
     function_job,
     grade,

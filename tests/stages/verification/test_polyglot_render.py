@@ -5,10 +5,10 @@ from __future__ import annotations
 
 import pytest
 from arenaforge.pipeline.sandbox.languages import LANGUAGE_IDS, UnknownLanguage
-from arenaforge.stages.verification.polyglot.cases import CallCase
-from arenaforge.stages.verification.polyglot.harness import complete_signature, function_job
-from arenaforge.stages.verification.polyglot.targets import target
-from arenaforge.stages.verification.polyglot.types import UnsupportedType, parse_type
+from arenaforge.stages.verification.harness.cases import CallCase
+from arenaforge.stages.verification.harness.jobs import complete_signature, function_job
+from arenaforge.stages.verification.harness.targets import target
+from arenaforge.stages.verification.harness.types import UnsupportedType, parse_type
 
 SIG = "def f(xs: List[int], names: Dict[str, float], o: Optional[str], b: bool) -> List[int]"
 CASE = CallCase(([1, -2], {"a": 1}, None, True), [1])

@@ -247,7 +247,7 @@ def test_authors_without_cases_leave_parse_errors_and_no_tests(sandbox_pool):
 
 
 def test_a_reply_is_read_as_data_and_types_come_from_the_cases():
-    from arenaforge.stages.verification import polyglot_cases as pc
+    from arenaforge.stages.verification import cases as pc
 
     bad = pc.parse_reply("Test it with 1 and 2.", "function", "add", max_cases=5, max_inputs=5)
     assert bad.parse_error == "no assert calling add and no JSON object found"
@@ -273,7 +273,7 @@ def test_the_instructions_declaration_fixes_arity_and_names_and_its_example_is_r
     """A translated HumanEval prompt declares the function and shows its docstring's example
     in comments: the declaration's arity decides (an author's case of another arity is that
     author's fault, not a new signature), and the commented example is the instruction's."""
-    from arenaforge.stages.verification import polyglot_cases as pc
+    from arenaforge.stages.verification import cases as pc
 
     instruction = ("Complete this C++ function.\n\n```cpp\n// The sum of the squares.\n"
                    "// >>> sum_squares([1, 2])\n// 5\n"

@@ -6,22 +6,22 @@ from __future__ import annotations
 import math
 
 import pytest
-from arenaforge.stages.verification.polyglot.cases import (
+from arenaforge.stages.verification.harness.cases import (
     CallCase,
     CaseError,
     IOCase,
     load_cases,
     resolve_task_kind,
 )
-from arenaforge.stages.verification.polyglot.compare import (
+from arenaforge.stages.verification.harness.compare import (
     ValueParseError,
     normalize_stdout,
     parse_value,
     stdout_equal,
     values_equal,
 )
-from arenaforge.stages.verification.polyglot.harness import complete_signature
-from arenaforge.stages.verification.polyglot.types import (
+from arenaforge.stages.verification.harness.jobs import complete_signature
+from arenaforge.stages.verification.harness.types import (
     UnsupportedType,
     check_value,
     infer_type,

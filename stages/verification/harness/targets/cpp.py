@@ -10,8 +10,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from arenaforge.stages.verification.polyglot.cases import CallCase
-from arenaforge.stages.verification.polyglot.targets.base import (
+from arenaforge.stages.verification.harness.cases import CallCase
+from arenaforge.stages.verification.harness.targets.base import (
     BOOL,
     C_INT_MIN,
     C_INT_SUFFIX,
@@ -30,7 +30,7 @@ from arenaforge.stages.verification.polyglot.targets.base import (
     c_string,
     dict_key,
 )
-from arenaforge.stages.verification.polyglot.types import Signature, Type
+from arenaforge.stages.verification.harness.types import Signature, Type
 
 # What the harness uses, not <bits/stdc++.h>: that alone takes g++ -O2 about 1.4 s more, and
 # a solution includes what it uses, as any judge compiles it.

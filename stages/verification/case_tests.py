@@ -3,12 +3,13 @@ evidence rules.
 
 For each such instruction (its ``language`` and ``task_kind``,
 ``arenaforge.stages.common.task_kinds``) every author is asked for test cases as data and for
-more inputs (``arenaforge.stages.verification.polyglot_cases``); a function task's signature is
+more inputs (``arenaforge.stages.verification.cases``); a function task's signature is
 the one most authors give (types from the cases where none is complete), and must be one its
 language can take (else every row is ``unsupported_type``). Each answer then runs once in the
 sandbox on every case, every generated input and the instruction's own example, rendered into
-its language's harness by the polyglot library (``function_job`` / ``program_job``, compiled
-once, all in one sandbox call); what it returned on each is compared on the host. Trust is then
+its language's harness (``arenaforge.stages.verification.harness``: ``function_job`` /
+``program_job``, compiled once, all in one sandbox call); what it returned on each is compared
+on the host. Trust is then
 decided by ``arenaforge.stages.verification.evidence.weigh`` on that data, exactly as for a
 Python function: which answers pass which case, what each returned on each call, and which
 answers are one program (``program_key_of``). An answer that does not compile is no evidence
@@ -33,7 +34,7 @@ from typing import Any
 
 from arenaforge.pipeline.stage import per_model
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
-from arenaforge.stages.verification import polyglot_cases as pc
+from arenaforge.stages.verification import cases as pc
 from arenaforge.stages.verification.evidence import (
     EXAMPLE,
     STRENGTH,
@@ -42,8 +43,8 @@ from arenaforge.stages.verification.evidence import (
     tally,
     weigh,
 )
-from arenaforge.stages.verification.polyglot.harness import function_job, grade, program_job
-from arenaforge.stages.verification.polyglot.types import UnsupportedType
+from arenaforge.stages.verification.harness.jobs import function_job, grade, program_job
+from arenaforge.stages.verification.harness.types import UnsupportedType
 from arenaforge.stages.verification.probe_gate import stated_examples
 from arenaforge.stages.verification.suites import (
     AUGMENTED,
@@ -213,7 +214,7 @@ def _finish(task: dict, candidates: list[Candidate], seed: int, stats: dict) -> 
     return rs
 
 
-def run_polyglot(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
+def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
                  authors: list[str], cfg: Any, ctx: Any, base: Callable[..., dict]
                  ) -> tuple[list[dict], dict[str, float]]:
     """The rows and stats of every instruction in ``answers`` (none a Python function).

@@ -9,8 +9,8 @@ import re
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from arenaforge.stages.verification.polyglot.cases import CallCase
-from arenaforge.stages.verification.polyglot.targets.base import (
+from arenaforge.stages.verification.harness.cases import CallCase
+from arenaforge.stages.verification.harness.targets.base import (
     BOOL,
     CALL_RAISED,
     CALL_START,
@@ -26,7 +26,7 @@ from arenaforge.stages.verification.polyglot.targets.base import (
     Target,
     dict_key,
 )
-from arenaforge.stages.verification.polyglot.types import Signature, Type
+from arenaforge.stages.verification.harness.types import Signature, Type
 
 _HARNESS = r'''
 #[allow(dead_code)]

@@ -30,8 +30,8 @@ from arenaforge.pipeline.sandbox.languages.jobs import (
     CALL_VALUE,
     CALLS_FD,
 )
-from arenaforge.stages.verification.polyglot.cases import CallCase
-from arenaforge.stages.verification.polyglot.types import (
+from arenaforge.stages.verification.harness.cases import CallCase
+from arenaforge.stages.verification.harness.types import (
     BOOL,
     DICT,
     FLOAT,

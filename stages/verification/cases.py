@@ -1,12 +1,12 @@
 """The tests stage's language-neutral cases: what an author is asked, what its reply holds, and
-the row fields a case becomes (pure; the stage runs them, ``polyglot_tests``).
+the row fields a case becomes (pure; the stage runs them, ``case_tests``).
 
 An author is asked for test cases as data, never code (``testgen_cases_*.txt``): a JSON object
 with ``cases`` (``{"args": [...], "expected": v}`` for a function, ``{"stdin": "...",
 "stdout": "..."}`` for a program), ``inputs`` (argument lists or stdins without an expected
 value: the generated inputs whose outputs the answers vote on) and, for a function, a
 ``signature`` in Python notation (``def f(xs: List[int]) -> int``) that gives the values their
-types (``arenaforge.stages.verification.polyglot.types``). A reply without such an object is a
+types (``arenaforge.stages.verification.harness.types``). A reply without such an object is a
 value (``parse_error``), as a reply without an assert is on the Python path.
 
 A case becomes the same fields a Python assert does, so that the evidence rules
@@ -43,19 +43,19 @@ from arenaforge.stages.common.code_extract import code_blocks, function_names
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM, display
 from arenaforge.stages.verification.augment import Outcome
 from arenaforge.stages.verification.entry_points import instruction_function_name
-from arenaforge.stages.verification.polyglot.cases import (
+from arenaforge.stages.verification.harness.cases import (
     CallCase,
     CaseError,
     IOCase,
     call_case,
 )
-from arenaforge.stages.verification.polyglot.compare import (
+from arenaforge.stages.verification.harness.compare import (
     ValueParseError,
     normalize_stdout,
     parse_value,
 )
-from arenaforge.stages.verification.polyglot.targets import target
-from arenaforge.stages.verification.polyglot.types import (
+from arenaforge.stages.verification.harness.targets import target
+from arenaforge.stages.verification.harness.types import (
     Signature,
     UnsupportedType,
     check_value,

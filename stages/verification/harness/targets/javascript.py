@@ -11,8 +11,8 @@ import re
 from collections.abc import Sequence
 from typing import Any
 
-from arenaforge.stages.verification.polyglot.cases import CallCase
-from arenaforge.stages.verification.polyglot.targets.base import (
+from arenaforge.stages.verification.harness.cases import CallCase
+from arenaforge.stages.verification.harness.targets.base import (
     BOOL,
     CALL_RAISED,
     CALL_START,
@@ -29,7 +29,7 @@ from arenaforge.stages.verification.polyglot.targets.base import (
     dict_key,
     json_string,
 )
-from arenaforge.stages.verification.polyglot.types import Signature, Type
+from arenaforge.stages.verification.harness.types import Signature, Type
 
 # eval("require"): TypeScript then needs no declaration of Node's globals (they are any).
 _HARNESS = '''

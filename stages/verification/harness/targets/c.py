@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any, ClassVar
 
-from arenaforge.stages.verification.polyglot.cases import CallCase
-from arenaforge.stages.verification.polyglot.targets.base import (
+from arenaforge.stages.verification.harness.cases import CallCase
+from arenaforge.stages.verification.harness.targets.base import (
     BOOL,
     C_INT_MIN,
     C_INT_SUFFIX,
@@ -25,7 +25,7 @@ from arenaforge.stages.verification.polyglot.targets.base import (
     Target,
     c_string,
 )
-from arenaforge.stages.verification.polyglot.types import Signature, Type
+from arenaforge.stages.verification.harness.types import Signature, Type
 
 _ = CALL_RAISED  # C has no exceptions: a failing call crashes its process
 _PRELUDE = ("#include <stdio.h>\n#include <stdlib.h>\n#include <string.h>\n#include <stdbool.h>\n"
@@ -88,7 +88,7 @@ class CTarget(Target):
             raise self._no_list_return(sig)
 
     def _no_list_return(self, sig: Signature):
-        from arenaforge.stages.verification.polyglot.types import UnsupportedType
+        from arenaforge.stages.verification.harness.types import UnsupportedType
 
         return UnsupportedType(f"the return of {sig.name}: C cannot return a list (a pointer "
                                "without its length); use another language for this task")

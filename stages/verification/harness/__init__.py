@@ -19,7 +19,7 @@ Example (the middle line needs a sandbox pool)::
     [v.passed for v in grade(cases, result)]
 """
 
-from arenaforge.stages.verification.polyglot.cases import (
+from arenaforge.stages.verification.harness.cases import (
     FUNCTION,
     PROGRAM,
     TASK_KINDS,
@@ -29,12 +29,12 @@ from arenaforge.stages.verification.polyglot.cases import (
     load_cases,
     resolve_task_kind,
 )
-from arenaforge.stages.verification.polyglot.compare import (
+from arenaforge.stages.verification.harness.compare import (
     normalize_stdout,
     stdout_equal,
     values_equal,
 )
-from arenaforge.stages.verification.polyglot.harness import (
+from arenaforge.stages.verification.harness.jobs import (
     WRONG_ANSWER,
     CaseVerdict,
     complete_signature,
@@ -42,8 +42,8 @@ from arenaforge.stages.verification.polyglot.harness import (
     grade,
     program_job,
 )
-from arenaforge.stages.verification.polyglot.targets import target
-from arenaforge.stages.verification.polyglot.types import (
+from arenaforge.stages.verification.harness.targets import target
+from arenaforge.stages.verification.harness.types import (
     Signature,
     Type,
     UnsupportedType,

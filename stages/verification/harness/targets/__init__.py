@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 
 from arenaforge.pipeline.sandbox.languages.catalog import resolve_language
-from arenaforge.stages.verification.polyglot.targets.base import Target
+from arenaforge.stages.verification.harness.targets.base import Target
 
 
 @functools.cache
@@ -18,7 +18,7 @@ def target(language: str) -> Target:
     Raises:
         UnknownLanguage: The name is not a language.
     """
-    from arenaforge.stages.verification.polyglot.targets import (
+    from arenaforge.stages.verification.harness.targets import (
         c,
         cpp,
         go,

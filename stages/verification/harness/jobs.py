@@ -21,15 +21,15 @@ from typing import Any
 
 from arenaforge.pipeline.sandbox.languages.jobs import OK, ProgramJob, ProgramResult
 from arenaforge.pipeline.statuses import WRONG_ANSWER
-from arenaforge.stages.verification.polyglot.cases import CallCase, IOCase
-from arenaforge.stages.verification.polyglot.compare import (
+from arenaforge.stages.verification.harness.cases import CallCase, IOCase
+from arenaforge.stages.verification.harness.compare import (
     ValueParseError,
     parse_value,
     stdout_equal,
     values_equal,
 )
-from arenaforge.stages.verification.polyglot.targets import target
-from arenaforge.stages.verification.polyglot.types import (
+from arenaforge.stages.verification.harness.targets import target
+from arenaforge.stages.verification.harness.types import (
     Signature,
     infer_type,
     parse_signature,
