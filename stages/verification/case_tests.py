@@ -19,8 +19,11 @@ answers are one program (``program_key_of``). An answer that does not compile is
 Rows have the Python path's columns (``TESTS_SCHEMA``): ``test_code`` is the case as JSON,
 ``call`` and ``expected`` its normalised call (``stdin '...'`` for a program) and the repr of
 its value, ``signature`` the chosen signature in Python notation (null for a program),
-``entry_point`` ``main`` and ``entry_source`` ``program`` for a program. ``candidate_runs`` is
-empty: verify runs these answers again. Stats, beside the Python path's:
+``entry_point`` ``main`` and ``entry_source`` ``program`` for a program. ``candidate_runs`` and
+``graded_passed_by`` record each answer's run as for a Python function
+(``arenaforge.stages.verification.recorded_runs``: its first probe is that the answer
+compiled), so verify grades an answer that passed every trusted case from that run instead of
+compiling and running it again. Stats, beside the Python path's:
 ``language.<id>.<kind>.instructions``, ``compile_errors``, ``language.<id>.<kind>.compile_errors``,
 ``sandbox_faults``, ``harness_errors`` (an answer whose checked cases its language's harness
 could not render: not run), ``instructions_unsupported_type``.
@@ -32,7 +35,9 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from arenaforge.pipeline.sandbox.result import ExecResult
 from arenaforge.pipeline.stage import per_model
+from arenaforge.pipeline.statuses import PASSED
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
 from arenaforge.stages.verification import cases as pc
 from arenaforge.stages.verification.evidence import (
@@ -43,9 +48,11 @@ from arenaforge.stages.verification.evidence import (
     tally,
     weigh,
 )
+from arenaforge.stages.verification.grading import exec_result
 from arenaforge.stages.verification.harness.jobs import function_job, grade, program_job
 from arenaforge.stages.verification.harness.types import UnsupportedType
 from arenaforge.stages.verification.probe_gate import stated_examples
+from arenaforge.stages.verification.recorded_runs import candidate_run
 from arenaforge.stages.verification.suites import (
     AUGMENTED,
     EXAMPLE_KIND,
@@ -149,12 +156,13 @@ def _job(kind: str, lang: str, code: str, sig: Any, cases: list, cfg: Any) -> An
     return function_job(lang, code, sig, cases, **limits)
 
 
-def _candidates(task: dict, results: list, stats: dict) -> list[Candidate]:
+def _candidates(task: dict, results: list, stats: dict, cfg: Any
+                ) -> tuple[list[Candidate], list[dict]]:
     """What each answer that ran did (an answer that did not compile, or whose sandbox failed,
-    is no evidence)."""
+    is no evidence), and its run as ``recorded_runs`` keeps it for verify."""
     lang, kind = task["language"], task["kind"]
     n, m = len(task["written"]), len(task["augmented"])
-    out = []
+    out, records = [], []
     for (model, code), result in zip(task["answers"], results):
         if result is None:
             continue
@@ -172,7 +180,14 @@ def _candidates(task: dict, results: list, stats: dict) -> list[Candidate]:
             verdicts[-1].passed if task["example"] is not None else None,
             tuple(pc.outcome(kind, r) for r in result.runs[n:n + m]),
             tuple(pc.outcome(kind, r) for r in result.runs[:n])))
-    return out
+        runs = [None if run is None else exec_result(run, v)
+                for run, v in zip(result.runs, verdicts)]
+        # it compiled (or parsed): the entry point is there to call, verify's first probe
+        loads = ExecResult(PASSED, duration_s=result.compile.wall_s)
+        probes = [loads, *(runs[-1:] if task["example"] is not None else [])]
+        records.append(candidate_run(model, code, probes, [loads, *runs],
+                                     timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb))
+    return out, records
 
 
 def _finish(task: dict, candidates: list[Candidate], seed: int, stats: dict) -> list[dict]:
@@ -305,12 +320,14 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
     for (w, c), result in zip(where, results):
         per_task[w][c] = result
     for task, task_results in zip(work, per_task):
-        rs = _finish(task, _candidates(task, task_results, stats), ctx.seed, stats)
+        candidates, records = _candidates(task, task_results, stats, cfg)
+        rs = _finish(task, candidates, ctx.seed, stats)
         no_tests = not any(r["survived"] for r in rs)
         for r in rs:
             r.pop("_case", None)
             r.pop("_input", None)
             r["no_tests"] = no_tests
+            r["candidate_runs"] = records
         stats["instructions_no_tests"] += no_tests
         out.extend(rs)
     return out, dict(stats)

@@ -30,7 +30,9 @@ are folded by the same code (``_fold``). An answer that does not compile is the 
 failure: status ``error``, error class ``compile_error`` (counted apart by verify), probe gate
 ``no_code`` as a Python answer that does not parse; it is never a harness failure. The binding
 rule is ``instruction`` or ``same_name`` for a function (the harness calls the entry point by
-its name) and ``program`` for a program.
+its name) and ``program`` for a program. The ``tests`` stage's run of an answer is reused here
+exactly as for a Python function (``recorded``): an answer that compiled and passed every
+trusted case there is not compiled and run again.
 """
 
 from __future__ import annotations
@@ -186,9 +188,7 @@ def grade(pool: Any, items: Sequence[tuple[str | None, Suite | None]], *, timeou
         run = recorded[i] if recorded is not None else None
         if run is not None and binding.bound_function is not None and run.covers(
                 suite, run_code, timeout_s=timeout_s, memory_mb=memory_mb):
-            g = _fold(suite, binding, run.results(suite))
-            out[i] = dataclasses.replace(
-                g, reused=True, verdict=dataclasses.replace(g.verdict, duration_s=run.duration_s))
+            out[i] = _reused(_fold(suite, binding, run.results(suite)), run)
             continue
         jobs.append((run_code, [*suite.graded, *probes(suite)]))
         where.append((i, binding))
@@ -206,6 +206,11 @@ def grade(pool: Any, items: Sequence[tuple[str | None, Suite | None]], *, timeou
     for (i, binding), r in zip(where, results):
         out[i] = _fold(items[i][1], binding, r)
     return out  # type: ignore[return-value]
+
+
+def _reused(g: Graded, run: RecordedRun) -> Graded:
+    return dataclasses.replace(
+        g, reused=True, verdict=dataclasses.replace(g.verdict, duration_s=run.duration_s))
 
 
 def _not_run(suite: Suite | None, bad: Verdict | None) -> Graded:
@@ -289,10 +294,11 @@ def binding_of(suite: Suite, kind: str) -> Binding:
 
 
 def grade_programs(pool: Any, items: Sequence[tuple[str | None, Suite | None, str, str]], *,
-                   timeout_s: float, memory_mb: int | None = None, fail_fast: bool = True
-                   ) -> list[Graded]:
+                   timeout_s: float, memory_mb: int | None = None, fail_fast: bool = True,
+                   recorded: Sequence[RecordedRun | None] | None = None) -> list[Graded]:
     """Grade each ``(code, suite, language, task_kind)`` (one sandbox job per answer, all in
-    one batch); what ``grading.grade`` is for a Python function."""
+    one batch); what ``grading.grade`` is for a Python function, ``recorded`` included: an
+    answer whose ``tests``-stage run covers its suite is graded from that run."""
     out: list[Graded | None] = [None] * len(items)
     jobs, where = [], []
     for i, (code, suite, lang, kind) in enumerate(items):
@@ -306,6 +312,10 @@ def grade_programs(pool: Any, items: Sequence[tuple[str | None, Suite | None, st
         texts = [*([suite.example] if suite.example else []), *suite.graded]
         if not texts:
             out[i] = _untested(suite, code, lang, kind)
+            continue
+        run = recorded[i] if recorded is not None else None
+        if run is not None and run.covers(suite, code, timeout_s=timeout_s, memory_mb=memory_mb):
+            out[i] = _reused(_fold(suite, binding_of(suite, kind), run.results(suite)), run)
             continue
         try:
             cases = [case_of_text(kind, t) for t in texts]
@@ -357,7 +367,7 @@ def _graded(suite: Suite, kind: str, cases: list, result: Any) -> Graded:
                       stderr_tail=result.compile.stderr[-_TAIL:],
                       duration_s=result.compile.wall_s)
         return _not_run(suite, bad)
-    runs = [None if run is None else _exec(run, verdict)
+    runs = [None if run is None else exec_result(run, verdict)
             for run, verdict in zip(result.runs, grade_cases(cases, result))]
     example = runs[:1] if suite.example else []
     graded = runs[len(example):]
@@ -368,8 +378,9 @@ def _graded(suite: Suite, kind: str, cases: list, result: Any) -> Graded:
                                                                    duration_s=wall))
 
 
-def _exec(run: Any, verdict: Any) -> ExecResult:
-    """One case's run in the Python path's words (``ExecResult``)."""
+def exec_result(run: Any, verdict: Any) -> ExecResult:
+    """One case's run in a suite job's words (``ExecResult``): what the probe gate, the
+    verdict and ``recorded_runs`` read."""
     status, error_type = _STATUS.get(verdict.status, (ERROR, "runtime"))
     message = verdict.message if verdict.status != OK else None
     error_name = None
@@ -384,11 +395,11 @@ def _exec(run: Any, verdict: Any) -> ExecResult:
 def grade_any(pool: Any, items: Sequence[tuple[str | None, Suite | None]],
               tasks: Sequence[tuple[str, str]], *, timeout_s: float,
               memory_mb: int | None = None, fail_fast: bool = True,
-              recorded: Sequence[Any] | None = None,
+              recorded: Sequence[RecordedRun | None] | None = None,
               stated_outputs_at: float | None = None) -> list[Graded]:
-    """``grading.grade`` for the Python functions among ``items`` (exactly as before: with
-    ``recorded``), ``grade_programs`` for the others; ``tasks``: each item's ``(language,
-    task_kind)``. With ``stated_outputs_at`` (a ``min_pass_fraction``), each Python answer
+    """``grade`` for the Python functions among ``items``, ``grade_programs`` for the others
+    (both graded from ``recorded`` runs where those cover the suite); ``tasks``: each item's
+    ``(language, task_kind)``. With ``stated_outputs_at`` (a ``min_pass_fraction``), each Python answer
     verified at it also runs its own demo, whose stated outputs must hold
     (``stated_outputs.with_stated_outputs``: what verify and repair decide by)."""
     python = [i for i, task in enumerate(tasks) if uses_python_path(*task)]
@@ -406,7 +417,8 @@ def grade_any(pool: Any, items: Sequence[tuple[str | None, Suite | None]],
             out[i] = g
     if others:
         done = grade_programs(pool, [(*items[i], *tasks[i]) for i in others],
-                              timeout_s=timeout_s, memory_mb=memory_mb, fail_fast=fail_fast)
+                              timeout_s=timeout_s, memory_mb=memory_mb, fail_fast=fail_fast,
+                              recorded=None if recorded is None else [recorded[i] for i in others])
         for i, g in zip(others, done):
             out[i] = g
     return out  # type: ignore[return-value]

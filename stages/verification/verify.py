@@ -26,8 +26,8 @@ judge's pick), ``reused_tests_run`` (graded from the tests stage's run, see belo
 
 Every answer is one sandbox job that runs each test on its own (``arenaforge.stages.verification.grading.grade``), so
 one test's failure, timeout or leftover process never hides the others and ``tests_passed``
-counts exactly; all jobs of a shard go to the pool in one batch. The exception: an answer that
-the ``tests`` stage already ran as the same program, and that passed every trusted test there
+counts exactly; all jobs of a shard go to the pool in one batch. The exception: an answer (in any
+language) that the ``tests`` stage already ran as the same program, and that passed every trusted test there
 and decided both probes, is graded from that run (``reuse_tests_runs``; ``arenaforge.stages.verification.recorded_runs``
 says exactly when); its ``duration_s`` is that run's and its output tails are empty. Every
 answer that fails is run here. Sharded by instruction (selection is per instruction); its stats

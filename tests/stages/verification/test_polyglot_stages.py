@@ -93,6 +93,24 @@ def test_right_answers_are_verified_and_wrong_ones_are_not(world, iid):
     assert sum(r["selected"] for r in rows.values()) == 1 and not wrong["selected"]
 
 
+def test_verify_grades_each_passing_answer_from_the_tests_stages_run(world):
+    """In every language, an answer that passed every trusted case in the tests stage is not
+    compiled and run again; graded afresh, every answer gets the same verdict."""
+    from arenaforge.stages.verification import verify as verify_stage
+
+    reused = {key for key, row in world["verify"].items() if row["reused_tests_run"]}
+    assert reused == {(iid, m) for iid in TASKS for m in ("m1", "m2")}
+    assert world["verify_stats"]["reused_tests_run"] == len(reused)
+    again = verify_stage.run(answers(), verify_stage.VerifyConfig(reuse_tests_runs=False),
+                             world["ctx"]).table.to_pylist()
+    timing = {"duration_s", "stdout_tail", "stderr_tail", "reused_tests_run"}
+    for row in again:
+        before = world["verify"][row["instruction_id"], row["model"]]
+        assert not row["reused_tests_run"]
+        assert {k: v for k, v in row.items() if k not in timing} == {
+            k: v for k, v in before.items() if k not in timing}, row["instruction_id"]
+
+
 def test_a_wrong_answer_fails_on_its_values_and_a_compile_error_is_its_own_failure(world):
     js, program, broken = (world["verify"][iid, "m3"] for iid in ("j1", "p1", "c1"))
     assert (js["status"], js["error_class"], js["admission"]) == (
