@@ -81,6 +81,7 @@ from arenaforge.stages.verification.probe_gate import (
 )
 from arenaforge.stages.verification.recorded_runs import RecordedRun
 from arenaforge.stages.verification.stated_outputs import CONTRADICTED, with_stated_outputs
+from arenaforge.stages.verification.stated_outputs import LANGUAGES as STATED_OUTPUT_LANGUAGES
 from arenaforge.stages.verification.stated_outputs import NONE as NO_STATED_OUTPUT
 from arenaforge.stages.verification.suites import AUGMENTED, DECIDED, Suite
 from arenaforge.stages.verification.test_split import HIDDEN, VISIBLE
@@ -399,8 +400,9 @@ def grade_any(pool: Any, items: Sequence[tuple[str | None, Suite | None]],
               stated_outputs_at: float | None = None) -> list[Graded]:
     """``grade`` for the Python functions among ``items``, ``grade_programs`` for the others
     (both graded from ``recorded`` runs where those cover the suite); ``tasks``: each item's
-    ``(language, task_kind)``. With ``stated_outputs_at`` (a ``min_pass_fraction``), each Python answer
-    verified at it also runs its own demo, whose stated outputs must hold
+    ``(language, task_kind)``. With ``stated_outputs_at`` (a ``min_pass_fraction``), each
+    function answer verified at it, in a language whose demos are read
+    (``stated_outputs.LANGUAGES``), also runs its own demo, whose stated outputs must hold
     (``stated_outputs.with_stated_outputs``: what verify and repair decide by)."""
     python = [i for i, task in enumerate(tasks) if uses_python_path(*task)]
     others = [i for i, task in enumerate(tasks) if not uses_python_path(*task)]
@@ -409,10 +411,6 @@ def grade_any(pool: Any, items: Sequence[tuple[str | None, Suite | None]],
         done = grade(pool, [items[i] for i in python], timeout_s=timeout_s, memory_mb=memory_mb,
                      fail_fast=fail_fast,
                      recorded=None if recorded is None else [recorded[i] for i in python])
-        if stated_outputs_at is not None:
-            done = with_stated_outputs(pool, [items[i][0] for i in python], done,
-                                       [g.verified(stated_outputs_at) for g in done],
-                                       timeout_s=timeout_s, memory_mb=memory_mb)
         for i, g in zip(python, done):
             out[i] = g
     if others:
@@ -420,6 +418,15 @@ def grade_any(pool: Any, items: Sequence[tuple[str | None, Suite | None]],
                               timeout_s=timeout_s, memory_mb=memory_mb, fail_fast=fail_fast,
                               recorded=None if recorded is None else [recorded[i] for i in others])
         for i, g in zip(others, done):
+            out[i] = g
+    demos = [i for i, (lang, kind) in enumerate(tasks)
+             if lang in STATED_OUTPUT_LANGUAGES and kind != PROGRAM]
+    if stated_outputs_at is not None and demos:
+        done = with_stated_outputs(pool, [items[i][0] for i in demos], [out[i] for i in demos],
+                                   [out[i].verified(stated_outputs_at) for i in demos],
+                                   timeout_s=timeout_s, memory_mb=memory_mb,
+                                   languages=[tasks[i][0] for i in demos])
+        for i, g in zip(demos, done):
             out[i] = g
     return out  # type: ignore[return-value]
 

@@ -20,8 +20,17 @@ Only clear contradictions count, so a loose comment never costs a right answer:
 * a ``print`` the run never reached (the demo raised, timed out, or waited for input) is not
   checked.
 
+JavaScript and TypeScript answers are checked the same way (``LANGUAGES``): a claim is the
+``//`` comment of a ``console.log(...)`` statement that stands on one line, by the same words;
+the printed text is read as Node prints it (``true``/``false``/``null`` are the literals
+``True``/``False``/``None``; an array Node abbreviates, ``... more items`` or ``[Object]``, is
+not checked). The other languages print through formats (``printf``, ``fmt.Println``,
+``System.out.println`` of a ``toString``, Rust's ``{:?}``) whose text is not the value's literal,
+and their demos live in a ``main`` the function harness replaces, so their answers state
+nothing this module checks.
+
 ``outputs_job`` builds the sandbox job (the program with a marker before and after each claimed
-``print``) and ``check_outputs`` reads its stdout back: ``none`` (nothing checkable),
+statement) and ``check_outputs`` reads its stdout back: ``none`` (nothing checkable),
 ``consistent``, or ``contradicted`` with the first mismatch. ``with_stated_outputs`` does both
 for a batch of graded answers, reading each answer's claims once.
 """
@@ -31,6 +40,7 @@ from __future__ import annotations
 import ast
 import dataclasses
 import io
+import json
 import math
 import re
 import tokenize
@@ -38,9 +48,16 @@ import tokenize
 NONE, CONSISTENT, CONTRADICTED = "none", "consistent", "contradicted"
 STATUSES = (NONE, CONSISTENT, CONTRADICTED)
 
-_CLAIM = re.compile(r"^#\s*(?:(?:expected\s+)?(?:output|prints?|result)s?\s*(?::|=|->|=>|\bis\b)"
-                    r"|->|=>)\s*(?P<claim>.+?)\s*$", re.IGNORECASE)
+_WORDS = (r"\s*(?:(?:expected\s+)?(?:output|prints?|result)s?\s*(?::|=|->|=>|\bis\b)"
+          r"|->|=>)\s*(?P<claim>.+?)\s*$")
+_CLAIM = re.compile("^#" + _WORDS, re.IGNORECASE)
+_JS_CLAIM = re.compile("^//" + _WORDS, re.IGNORECASE)
 _MARK = "\x1eaf-claim:"  # record separator: never in a demo's own output
+PYTHON, JAVASCRIPT, TYPESCRIPT = "python", "javascript", "typescript"
+LANGUAGES = (PYTHON, JAVASCRIPT, TYPESCRIPT)  # whose answers' stated outputs are checked
+_JS_LOG = re.compile(r"^(?P<indent>\s*)console\.log\(.*\);?\s*$")
+_JS_WORDS = {"true": "True", "false": "False", "null": "None"}
+_JS_ABRIDGED = re.compile(r"\.\.\. \d+ more items?|\[Object\]|\[Array\]|\[Function")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -82,13 +99,18 @@ def _checkable(stated: str) -> bool:
     return True
 
 
-def claims(code: str | None) -> list[Claim]:
-    """The checkable stated outputs of ``code``'s ``print`` statements, in source order.
+def claims(code: str | None, language: str = PYTHON) -> list[Claim]:
+    """The checkable stated outputs of ``code``'s ``print`` statements (``console.log`` in
+    JavaScript and TypeScript), in source order; none in another language.
 
     >>> [c.stated for c in claims("print(2 + 2)  # Output: 4\\nprint(1)  # one\\n")]
     ['4']
+    >>> [c.stated for c in claims("console.log(f([1]));  // Output: [2]", "javascript")]
+    ['[2]']
     """
-    if not code or "#" not in code:
+    if language in (JAVASCRIPT, TYPESCRIPT):
+        return _js_claims(code)
+    if language != PYTHON or not code or "#" not in code:
         return []
     try:
         tree = ast.parse(code)
@@ -112,7 +134,40 @@ def claims(code: str | None) -> list[Claim]:
     return sorted(found, key=lambda c: c.line)
 
 
-def instrumented(code: str, found: list[Claim]) -> str:
+def _js_comment(line: str) -> int | None:
+    """Where the line's ``//`` comment starts, outside string and template literals."""
+    quote, k = None, 0
+    while k < len(line):
+        ch = line[k]
+        if quote:
+            if ch == "\\":
+                k += 1
+            elif ch == quote:
+                quote = None
+        elif ch in "'\"`":
+            quote = ch
+        elif line.startswith("//", k):
+            return k
+        k += 1
+    return None
+
+
+def _js_claims(code: str | None) -> list[Claim]:
+    """A JavaScript or TypeScript answer's claims: one-line ``console.log(...)`` statements
+    whose ``//`` comment states an output (a line-level read: no JavaScript parser is needed
+    for a statement that owns its line, and a statement over several lines is not checked)."""
+    found = []
+    for n, line in enumerate((code or "").splitlines(), 1):
+        start = _js_comment(line) if "console.log" in line else None
+        if start is None or _JS_LOG.match(line[:start]) is None:
+            continue
+        m = _JS_CLAIM.match(line[start:])
+        if m is not None and _checkable(m.group("claim")):
+            found.append(Claim(line[:start].strip(), m.group("claim"), n, n))
+    return found
+
+
+def instrumented(code: str, found: list[Claim], language: str = PYTHON) -> str:
     """``code`` with a marker line before and after each claimed ``print`` (same indentation),
     so its output can be cut out of the run's stdout."""
     lines = code.splitlines()
@@ -121,7 +176,9 @@ def instrumented(code: str, found: list[Claim]) -> str:
     for k, claim in sorted(enumerate(found), key=lambda kc: -kc[1].line):
         first = claim.first_line
         indent = lines[first - 1][:len(lines[first - 1]) - len(lines[first - 1].lstrip())]
-        mark = f"{indent}__import__('sys').stdout.write({_MARK + str(k)!r} + chr(30))"
+        mark = (f"{indent}console.log({json.dumps(_MARK + str(k) + chr(30))});"
+                if language in (JAVASCRIPT, TYPESCRIPT) else
+                f"{indent}__import__('sys').stdout.write({_MARK + str(k)!r} + chr(30))")
         out[claim.line:claim.line] = [mark]
         out[first - 1:first - 1] = [mark]
     return "\n".join(out) + "\n"
@@ -154,6 +211,12 @@ def _equal(a, b) -> bool:
     return type(a) is type(b) and a == b
 
 
+def _from_node(text: str) -> str:
+    """Node's printed ``true``/``false``/``null`` as Python's literals (outside strings)."""
+    return re.sub(r"(?<![\w'\"])(true|false|null)(?![\w'\"])", lambda m: _JS_WORDS[m.group(1)],
+                  text)
+
+
 def agrees(out: str, stated: str) -> bool:
     """Whether a printed text agrees with a stated output (see the module docstring).
 
@@ -176,33 +239,36 @@ def agrees(out: str, stated: str) -> bool:
 
 
 def outputs_job(code: str | None, *, timeout_s: float, memory_mb: int | None = None,
-                found: list[Claim] | None = None):
+                found: list[Claim] | None = None, language: str = PYTHON):
     """A sandbox job that runs ``code``'s demo with markers, or None when it states nothing
-    checkable (``check_outputs`` then says ``none``). ``found``: ``claims(code)``, when read
-    already."""
+    checkable (``check_outputs`` then says ``none``). ``found``: ``claims(code, language)``,
+    when read already."""
     from arenaforge.pipeline.sandbox.languages import ProgramJob
 
-    found = claims(code) if found is None else found
+    found = claims(code, language) if found is None else found
     if not found:
         return None
-    return ProgramJob(language="python", source=instrumented(code, found), stdins=("",),
-                      timeout_s=timeout_s, memory_mb=memory_mb)
+    return ProgramJob(language=language, source=instrumented(code, found, language),
+                      stdins=("",), timeout_s=timeout_s, memory_mb=memory_mb)
 
 
-def check_outputs(code: str | None, result, found: list[Claim] | None = None) -> OutputCheck:
+def check_outputs(code: str | None, result, found: list[Claim] | None = None,
+                  language: str = PYTHON) -> OutputCheck:
     """Compare ``code``'s stated outputs with a run of ``outputs_job(code)`` (None: no job).
-    ``found``: ``claims(code)``, when read already."""
-    found = claims(code) if found is None else found
+    ``found``: ``claims(code, language)``, when read already."""
+    found = claims(code, language) if found is None else found
     if not found or result is None or not result.runs or result.runs[0] is None:
         return OutputCheck(NONE)
     stdout = result.runs[0].stdout
+    node = language in (JAVASCRIPT, TYPESCRIPT)
     checked = 0
     for k, claim in enumerate(found):
         out = printed(stdout, k)
-        if out is None:
+        if out is None or (node and _JS_ABRIDGED.search(out)):
             continue
         checked += 1
-        if not agrees(out, claim.stated):
+        said = claim.stated
+        if not agrees(out, said) and not (node and agrees(_from_node(out), _from_node(said))):
             return OutputCheck(CONTRADICTED, checked,
                                f"{claim.statement} states {claim.stated} but printed "
                                f"{out.rstrip()[:200]!r}")
@@ -210,19 +276,23 @@ def check_outputs(code: str | None, result, found: list[Claim] | None = None) ->
 
 
 def with_stated_outputs(pool, codes: list[str | None], grades: list, wanted: list[bool], *,
-                        timeout_s: float, memory_mb: int | None = None) -> list:
+                        timeout_s: float, memory_mb: int | None = None,
+                        languages: list[str] | None = None) -> list:
     """``grades`` (``grading.Graded``) with ``stated_outputs`` and ``stated_output_mismatch``
-    set for the answers in ``wanted`` (Python answers that execution would verify: the check
-    can only take a verdict away), in one batch of sandbox jobs."""
-    found = {i: claims(codes[i]) for i, want in enumerate(wanted) if want}
-    jobs = {i: outputs_job(codes[i], timeout_s=timeout_s, memory_mb=memory_mb, found=f)
+    set for the answers in ``wanted`` (answers that execution would verify: the check can only
+    take a verdict away), in one batch of sandbox jobs. ``languages``: each answer's (Python
+    when None)."""
+    langs = languages or [PYTHON] * len(codes)
+    found = {i: claims(codes[i], langs[i]) for i, want in enumerate(wanted) if want}
+    jobs = {i: outputs_job(codes[i], timeout_s=timeout_s, memory_mb=memory_mb, found=f,
+                           language=langs[i])
             for i, f in found.items() if f}
     if not jobs:
         return list(grades)
     results = dict(zip(jobs, pool.run_programs(list(jobs.values()))))
     out = list(grades)
     for i, result in results.items():
-        check = check_outputs(codes[i], result, found[i])
+        check = check_outputs(codes[i], result, found[i], langs[i])
         out[i] = dataclasses.replace(grades[i], stated_outputs=check.status,
                                      stated_output_mismatch=check.mismatch)
     return out

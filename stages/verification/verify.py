@@ -14,8 +14,9 @@ no_entry_point: nothing in the answer binds to the entry point), ``tests_passed`
 ``tests_total`` (every trusted test), ``tests_visible[_passed]``, ``tests_hidden[_passed]``,
 ``tests_augmented[_passed]``, ``entry_point``, ``bound_function``, ``binding_rule``,
 ``probe_gate`` and ``program_gate`` (``arenaforge.stages.verification.probe_gate``; both on every row),
-``stated_outputs`` and ``stated_output_mismatch`` (an answer execution would verify runs its own
-demo: a ``print`` whose comment states an output it does not print makes it
+``stated_outputs`` and ``stated_output_mismatch`` (a Python, JavaScript or TypeScript function
+answer execution would verify runs its own demo: a ``print`` or ``console.log`` whose comment
+states an output it does not print makes it
 ``false_stated_output``; ``arenaforge.stages.verification.stated_outputs``), ``error_class``
 (syntax, runtime, assertion, timeout, memory, output_limit, exit, sandbox, no_code,
 no_entry_point, compile_error, harness), ``error_message`` (the first failing test's error, with the failing line),

@@ -111,6 +111,28 @@ def test_verify_grades_each_passing_answer_from_the_tests_stages_run(world):
             k: v for k, v in before.items() if k not in timing}, row["instruction_id"]
 
 
+def test_a_javascript_answer_whose_demo_states_a_false_output_is_not_verified(world):
+    """The stated-output check reads JavaScript demos too: m2's right function, with a demo
+    whose comment states what it does not print, passes every test and is not verified."""
+    from arenaforge.stages.verification import verify as verify_stage
+
+    table = answers()
+    codes = table.column("code").to_pylist()
+    demo = "console.log(evens([1, 2, 4]));  // Output: [2]\n"
+    rows = table.to_pylist()
+    k = next(i for i, r in enumerate(rows) if (r["instruction_id"], r["model"]) == ("j1", "m2"))
+    codes[k] = codes[k] + demo
+    table = table.set_column(table.column_names.index("code"), "code", pa.array(codes))
+    out = {(r["instruction_id"], r["model"]): r for r in verify_stage.run(
+        table, verify_stage.VerifyConfig(), world["ctx"]).table.to_pylist()}
+    false_demo, plain = out["j1", "m2"], out["j1", "m1"]
+    assert false_demo["status"] == "passed" and not false_demo["reused_tests_run"]
+    assert (false_demo["admission"], false_demo["stated_outputs"]) == (
+        "false_stated_output", "contradicted")
+    assert "states [2] but printed" in false_demo["stated_output_mismatch"]
+    assert (plain["admission"], plain["stated_outputs"]) == ("verified", "none")
+
+
 def test_a_wrong_answer_fails_on_its_values_and_a_compile_error_is_its_own_failure(world):
     js, program, broken = (world["verify"][iid, "m3"] for iid in ("j1", "p1", "c1"))
     assert (js["status"], js["error_class"], js["admission"]) == (

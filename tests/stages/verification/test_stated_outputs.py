@@ -70,6 +70,42 @@ def test_check_outputs_in_the_sandbox(sandbox_pool, code, status):
     assert (check.mismatch is not None) == (status == CONTRADICTED)
 
 
+JS_SUM = "function total(xs) {\n  return xs.reduce((a, b) => a + b, 0);\n}\n"
+
+
+@pytest.mark.parametrize("code,stated", [
+    ('console.log(total([1, 2]));  // Output: 3\nconsole.log(1); // one\n', ["3"]),
+    ('  console.log("a // b", total([1]))  // => 1\n', ["1"]),  # a // inside a string
+    ('const s = total([1]); console.log(s); // Output: 1\n', []),  # not alone on its line
+    ('console.log(total([1]),\n  2);  // Output: 1 2\n', []),  # over two lines
+    ('// console.log(total([1]));  // Output: 1\n', []),  # commented out
+])
+def test_javascript_claims_are_one_line_console_logs(code, stated):
+    assert [c.stated for c in claims(code, "javascript")] == stated
+    assert claims(code, "cpp") == []  # a language whose demos are not read states nothing
+
+
+@pytest.mark.parametrize("language,demo,status", [
+    ("javascript", "console.log(total([1, 2, 3]));  // Output: 6\n", CONSISTENT),
+    ("javascript", "console.log(total([1, 2, 3]));  // Output: 5\n", CONTRADICTED),
+    ("javascript", "console.log([total([1]) > 0, null]);  // Output: [True, None]\n",
+     CONSISTENT),  # Node prints [ true, null ]
+    ("javascript", "console.log(Array(200).fill(1));  // Output: [1, 1]\n",
+     NONE),  # Node abbreviates the array (... more items): not checked
+    ("typescript", "console.log(total([2, 2]));  // Output: 4\n", CONSISTENT),
+    ("typescript", "console.log('sum:', total([2, 2]));  // Output: 5\n", CONTRADICTED),
+])
+def test_javascript_and_typescript_demos_in_the_sandbox(sandbox_pool, language, demo, status):
+    from arenaforge.pipeline.sandbox.languages import toolchain
+
+    if not toolchain(language).available:
+        pytest.skip(f"no {language} toolchain here (scripts/setup.sh installs it)")
+    code = JS_SUM + demo
+    [result] = sandbox_pool.run_programs([outputs_job(code, timeout_s=5, language=language)])
+    check = check_outputs(code, result, language=language)
+    assert check.status == status, (result.compile, result.runs)
+
+
 def test_verify_withholds_verified_from_a_false_demo(sandbox_pool):
     """Both answers pass every test; the one whose demo states a wrong sum is not verified,
     and verify selects the other."""
