@@ -35,9 +35,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
-from arenaforge.pipeline.sandbox.result import ExecResult
 from arenaforge.pipeline.stage import per_model
-from arenaforge.pipeline.statuses import PASSED
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
 from arenaforge.stages.verification import cases as pc
 from arenaforge.stages.verification.evidence import (
@@ -48,7 +46,7 @@ from arenaforge.stages.verification.evidence import (
     tally,
     weigh,
 )
-from arenaforge.stages.verification.grading import exec_result
+from arenaforge.stages.verification.grading import exec_result, harness_program, loaded
 from arenaforge.stages.verification.harness.jobs import function_job, grade, program_job
 from arenaforge.stages.verification.harness.types import UnsupportedType
 from arenaforge.stages.verification.probe_gate import stated_examples
@@ -58,6 +56,7 @@ from arenaforge.stages.verification.suites import (
     EXAMPLE_KIND,
     INSTRUCTION_AUTHOR,
     WRITTEN,
+    suites_of_rows,
 )
 from arenaforge.stages.verification.test_split import VISIBLE, split_tests
 
@@ -149,11 +148,11 @@ def _cases(kind: str, sig: Any, lang: str, written: list[dict], augmented: list[
     return cases
 
 
-def _job(kind: str, lang: str, code: str, sig: Any, cases: list, cfg: Any) -> Any:
+def _job(kind: str, lang: str, program: str, sig: Any, cases: list, cfg: Any) -> Any:
     limits = {"timeout_s": cfg.timeout_s, "memory_mb": cfg.memory_mb}
     if kind == PROGRAM:
-        return program_job(lang, code, cases, **limits)
-    return function_job(lang, code, sig, cases, **limits)
+        return program_job(lang, program, cases, **limits)
+    return function_job(lang, program, sig, cases, **limits)
 
 
 def _candidates(task: dict, results: list, stats: dict, cfg: Any
@@ -163,7 +162,7 @@ def _candidates(task: dict, results: list, stats: dict, cfg: Any
     lang, kind = task["language"], task["kind"]
     n, m = len(task["written"]), len(task["augmented"])
     out, records = [], []
-    for (model, code), result in zip(task["answers"], results):
+    for (model, code), program, result in zip(task["answers"], task["programs"], results):
         if result is None:
             continue
         if result.sandbox_fault is not None:
@@ -182,10 +181,9 @@ def _candidates(task: dict, results: list, stats: dict, cfg: Any
             tuple(pc.outcome(kind, r) for r in result.runs[:n])))
         runs = [None if run is None else exec_result(run, v)
                 for run, v in zip(result.runs, verdicts)]
-        # it compiled (or parsed): the entry point is there to call, verify's first probe
-        loads = ExecResult(PASSED, duration_s=result.compile.wall_s)
+        loads = loaded(result)  # verify's first probe
         probes = [loads, *(runs[-1:] if task["example"] is not None else [])]
-        records.append(candidate_run(model, code, probes, [loads, *runs],
+        records.append(candidate_run(model, program, probes, [loads, *runs],
                                      timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb))
     return out, records
 
@@ -298,7 +296,13 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
         rs = _rows(row_base, lang, kind, replies, sig)
         written = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == ""]
         augmented = [r for r in rs if r["kind"] == AUGMENTED]
+        # what the harness runs of each answer (a Python function bound as verify binds it)
+        suite = suites_of_rows(rs)[iid]
+        programs = [harness_program(r["code"], suite, lang, kind) if r["code"] else
+                    (r["code"], None) for r in rows]
         work.append({"language": lang, "kind": kind, "sig": sig, "rows": rs,
+                     "programs": [p for p, _ in programs],
+                     "bound": [b is None or b.bound_function is not None for _, b in programs],
                      "written": written, "augmented": augmented, "example": example,
                      "cases": _cases(kind, sig, lang, written, augmented, example),
                      "answers": [(r["model"], r["code"]) for r in rows],
@@ -307,10 +311,10 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
     jobs, where = [], []
     for w, task in enumerate(work):
         for c, (_, code) in enumerate(task["answers"]):
-            if code and code.strip() and task["cases"]:
+            if code and code.strip() and task["cases"] and task["bound"][c]:
                 try:
-                    jobs.append(_job(task["kind"], task["language"], code, task["sig"],
-                                     task["cases"], cfg))
+                    jobs.append(_job(task["kind"], task["language"], task["programs"][c],
+                                     task["sig"], task["cases"], cfg))
                 except (ValueError, TypeError):  # checked cases the harness cannot render
                     stats["harness_errors"] += 1
                     continue

@@ -58,7 +58,7 @@ from arenaforge.pipeline.statuses import (
     TIMEOUT,
     WRONG_ANSWER,
 )
-from arenaforge.stages.common.task_kinds import PROGRAM, uses_python_path
+from arenaforge.stages.common.task_kinds import PROGRAM, PYTHON, uses_python_path
 from arenaforge.stages.verification.cases import case_of_text
 from arenaforge.stages.verification.entry_points import INSTRUCTION, SAME_NAME, Binding, bound_code
 from arenaforge.stages.verification.execution import (
@@ -294,6 +294,17 @@ def binding_of(suite: Suite, kind: str) -> Binding:
     return Binding(entry, entry, INSTRUCTION if suite.from_instruction else SAME_NAME)
 
 
+def harness_program(code: str, suite: Suite, language: str, kind: str) -> tuple[str, Binding]:
+    """What the harness runs for an answer, and how it reaches the entry point: a Python
+    function is bound as ``grade`` binds it (``entry_points.bind``: an answer that names the
+    function otherwise gets an alias appended; the harness calls the entry point's name); any
+    other task runs as written, reached by the entry point's own name (``binding_of``)."""
+    if language == PYTHON and kind != PROGRAM:
+        binding = suite.bind(code)
+        return (bound_code(code, binding) if binding.bound_function else code), binding
+    return code, binding_of(suite, kind)
+
+
 def grade_programs(pool: Any, items: Sequence[tuple[str | None, Suite | None, str, str]], *,
                    timeout_s: float, memory_mb: int | None = None, fail_fast: bool = True,
                    recorded: Sequence[RecordedRun | None] | None = None) -> list[Graded]:
@@ -310,19 +321,21 @@ def grade_programs(pool: Any, items: Sequence[tuple[str | None, Suite | None, st
         if suite is None or suite.entry_point is None:
             out[i] = _not_run(suite, None)
             continue
+        program, binding = harness_program(code, suite, lang, kind)
         texts = [*([suite.example] if suite.example else []), *suite.graded]
         if not texts:
-            out[i] = _untested(suite, code, lang, kind)
+            out[i] = _untested(suite, code, lang, kind, binding)
             continue
         run = recorded[i] if recorded is not None else None
-        if run is not None and run.covers(suite, code, timeout_s=timeout_s, memory_mb=memory_mb):
-            out[i] = _reused(_fold(suite, binding_of(suite, kind), run.results(suite)), run)
+        if run is not None and run.covers(suite, program, timeout_s=timeout_s,
+                                          memory_mb=memory_mb):
+            out[i] = _reused(_fold(suite, binding, run.results(suite)), run)
             continue
         try:
             cases = [case_of_text(kind, t) for t in texts]
             limits = {"timeout_s": timeout_s, "memory_mb": memory_mb, "fail_fast": fail_fast}
-            job = (program_job(lang, code, cases, **limits) if kind == PROGRAM else
-                   function_job(lang, code, parse_signature(suite.signature or ""), cases,
+            job = (program_job(lang, program, cases, **limits) if kind == PROGRAM else
+                   function_job(lang, program, parse_signature(suite.signature or ""), cases,
                                 **limits))
         except (ValueError, TypeError, KeyError) as exc:  # UnsupportedType, CaseError, JSON
             out[i] = dataclasses.replace(
@@ -330,30 +343,31 @@ def grade_programs(pool: Any, items: Sequence[tuple[str | None, Suite | None, st
                 verdict=Verdict(ERROR, 0, len(suite.graded), HARNESS_ERROR, str(exc)))
             continue
         jobs.append(job)
-        where.append((i, suite, kind, cases))
+        where.append((i, suite, binding, cases))
     results = pool.run_programs(jobs) if jobs else []
-    for (i, suite, kind, cases), result in zip(where, results):
-        out[i] = _graded(suite, kind, cases, result)
+    for (i, suite, binding, cases), result in zip(where, results):
+        out[i] = _graded(suite, binding, cases, result)
     return out  # type: ignore[return-value]
 
 
-def _untested(suite: Suite, code: str, lang: str, kind: str) -> Graded:
+def _untested(suite: Suite, code: str, lang: str, kind: str, binding: Binding) -> Graded:
     """An instruction without a trusted test runs nothing (no case to build a harness from):
     the verdict is ``no_tests`` (``contradictory_tests`` for such a suite) and the probe gate
-    reads the code: a function task's answer must define the entry point."""
+    reads the code: a function task's answer must define the entry point (a Python answer:
+    bind to it)."""
     from arenaforge.stages.common.code_extract import function_names
 
-    bound = kind == PROGRAM or suite.entry_point in function_names(code, lang)
+    bound = kind == PROGRAM or (binding.bound_function is not None if lang == PYTHON
+                                else suite.entry_point in function_names(code, lang))
     gate = probe_gate(has_code=True, bound=bound, signature_ok=True, loads=True,
                       example_ok=None)
-    binding = binding_of(suite, kind)
     if not bound:
         binding = dataclasses.replace(binding, bound_function=None, rule=None)
     return dataclasses.replace(_not_run(suite, None), binding=binding, probe_gate=gate,
                                program_gate=PROGRAM_NO_TESTS)
 
 
-def _graded(suite: Suite, kind: str, cases: list, result: Any) -> Graded:
+def _graded(suite: Suite, binding: Binding, cases: list, result: Any) -> Graded:
     n = len(suite.graded)
     if result.sandbox_fault is not None:
         fault = Verdict(ERROR, 0, n, "sandbox", result.sandbox_fault)
@@ -372,11 +386,21 @@ def _graded(suite: Suite, kind: str, cases: list, result: Any) -> Graded:
             for run, verdict in zip(result.runs, grade_cases(cases, result))]
     example = runs[:1] if suite.example else []
     graded = runs[len(example):]
-    loads = ExecResult(PASSED)  # it compiled (or parsed): the entry point is there to call
-    folded = _fold(suite, binding_of(suite, kind), [*graded, loads, *example])
+    folded = _fold(suite, binding, [*graded, loaded(result), *example])
     wall = result.compile.wall_s + sum(r.duration_s for r in runs if r is not None)
     return dataclasses.replace(folded, verdict=dataclasses.replace(folded.verdict,
                                                                    duration_s=wall))
+
+
+def loaded(result: Any) -> ExecResult:
+    """The first probe of a compiled answer's run: it loaded, unless its process ended before
+    the harness's first call (a Python module, or a JavaScript file, that raised on import:
+    probe verdict ``import_error``, as on the Python path)."""
+    first = result.runs[0] if result.runs else None
+    if first is not None and not getattr(first, "started", True):
+        return ExecResult(ERROR, error_type="runtime", error_message=first.message,
+                          duration_s=result.compile.wall_s)
+    return ExecResult(PASSED, duration_s=result.compile.wall_s)
 
 
 def exec_result(run: Any, verdict: Any) -> ExecResult:

@@ -167,5 +167,6 @@ def run_results(verdict: dict[str, Any], tests: int, oom: bool, timeout_s: float
                                          stderr, oom, timeout_s, calls=calls)
         if note == "not_started" and status == OK:  # exited 0 before its first call
             status, message = RUNTIME_ERROR, "the program ended before its first call"
-        out.append(RunResult(status, code, stdout, stderr, wall, message=message))
+        out.append(RunResult(status, code, stdout, stderr, wall, message=message,
+                             started=note != "not_started"))
     return tuple(out)

@@ -112,6 +112,8 @@ class RunResult:
         wall_s: Its wall-clock time (a call's: from its start to its value).
         value: For a call that returned: the JSON text the harness wrote.
         message: Why the status is not ``ok`` (or what the call raised).
+        started: For a call: whether the process reached its first call (False: the program
+            ended or failed while loading, before any call ran).
     """
 
     status: str
@@ -121,6 +123,7 @@ class RunResult:
     wall_s: float = 0.0
     value: str | None = None
     message: str | None = None
+    started: bool = True
 
 
 @dataclasses.dataclass(frozen=True)

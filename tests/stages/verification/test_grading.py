@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import ast
+
 import pytest
 from arenaforge.stages.verification.grading import grade
 from arenaforge.stages.verification.suites import Suite
@@ -13,7 +15,7 @@ SUITE = Suite("i", "add", from_instruction=True, signature="def add(a, b)", arit
               augmented=("assert add(10, 5) == 15",))
 
 
-@pytest.mark.parametrize("code,status,probe,program,counts", [
+GATE_CASES = [
     ("def add(a, b):\n    return a + b\n", "passed", "pass", "pass", (1, 2, 1)),
     ("def plus(x, y):\n    return x + y\n", "passed", "pass", "pass", (1, 2, 1)),
     # passes the visible test only (special-cased): the program gate rejects it
@@ -26,7 +28,10 @@ SUITE = Suite("i", "add", from_instruction=True, signature="def add(a, b)", arit
      "no_entry_point", "fail", (0, 0, 0)),
     ("def add(a, b):\n    return a +\n", "error", "no_code", "fail", (0, 0, 0)),
     (None, "error", "no_code", "fail", (0, 0, 0)),
-])
+]
+
+
+@pytest.mark.parametrize("code,status,probe,program,counts", GATE_CASES)
 def test_gates_and_split_counts(sandbox_pool, code, status, probe, program, counts):
     [g] = grade(sandbox_pool, [(code, SUITE)], timeout_s=3)
     assert (g.verdict.status, g.probe_gate, g.program_gate) == (status, probe, program)
@@ -66,3 +71,34 @@ def test_the_example_alone_verifies_nothing_and_still_rejects(sandbox_pool):
     assert bad.admission() == "example_failed"
     [full] = grade(sandbox_pool, [("def add(a, b):\n    return a + b\n", SUITE)], timeout_s=3)
     assert full.admission() == "verified"
+
+
+def _as_cases(suite: Suite) -> Suite:
+    """``suite`` with each assert as the case the tests stage writes for it (``cases``)."""
+    import json
+
+    from arenaforge.stages.verification.test_split import call_and_expected
+
+    def case(test: str) -> str:
+        call, expected = call_and_expected(test, "add")
+        args = list(ast.literal_eval(call[len("add"):].replace("(", "[", 1)[:-1] + "]"))
+        return json.dumps({"args": args, "expected": ast.literal_eval(expected)})
+
+    return Suite(suite.instruction_id, suite.entry_point, from_instruction=True,
+                 signature="def add(a: int, b: int) -> int", arities=suite.arities,
+                 example=case(suite.example), visible=tuple(map(case, suite.visible)),
+                 hidden=tuple(map(case, suite.hidden)),
+                 augmented=tuple(map(case, suite.augmented)))
+
+
+@pytest.mark.parametrize("code,status,probe,program,counts", GATE_CASES)
+def test_python_as_a_harness_target_grades_as_the_assert_path(sandbox_pool, code, status,
+                                                               probe, program, counts):
+    """The same suite as cases, run by the Python target's harness (``grade_programs``): the
+    same verdict, gates and counts as the assert path, an aliased answer included."""
+    from arenaforge.stages.verification.grading import grade_programs
+
+    [g] = grade_programs(sandbox_pool, [(code, _as_cases(SUITE), "python", "function")],
+                         timeout_s=3)
+    assert (g.verdict.status, g.probe_gate, g.program_gate) == (status, probe, program)
+    assert tuple(g.counts[s][0] for s in ("visible", "hidden", "augmented")) == counts
