@@ -260,17 +260,14 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
             continue
         entry, source = entries[iid]
         replies = {a: asked[a][position[iid]] for a in authors}
-        if kind == FUNCTION and all(r.parse_error for r, _ in replies.values()):
-            # no author gave a case: no signature to find, each reply's error is the reason
-            out.extend(dict(base(iid, None, source, None), entry_point=entry, author=a,
-                            test_idx=-1, test_code=None, reason=PARSE_ERROR,
-                            parse_error=replies[a][0].parse_error, raw=replies[a][1])
-                       for a in authors)
-            stats["instructions_no_tests"] += 1
-            continue
         example = pc.example_case(rows[0]["instruction"], kind, entry)
+        # no author gave a case: only the instruction's example can give the signature (it is
+        # still the probe every answer must pass, as on the Python path)
+        no_case = kind == FUNCTION and all(r.parse_error for r, _ in replies.values())
         sig = None
         try:
+            if no_case and example is None:
+                raise UnsupportedType(f"{entry}: no case gives its arguments")
             if kind == FUNCTION:
                 declared = pc.stated_declaration(rows[0]["instruction"], lang, entry)
                 sig = pc.choose_signature(
@@ -280,15 +277,25 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
             if example is not None:
                 pc.check_case(kind, example, sig, lang)
         except UnsupportedType as exc:
-            if sig is None:
+            if sig is None or no_case:
+                # each reply's error is the reason when no author gave a case
                 out.extend(dict(base(iid, None, source, None), entry_point=entry, author=a,
-                                test_idx=-1, test_code=None, reason=UNSUPPORTED,
-                                parse_error=str(exc), raw=replies[a][1]) for a in authors)
-                stats["instructions_unsupported_type"] += 1
+                                test_idx=-1, test_code=None,
+                                reason=PARSE_ERROR if no_case else UNSUPPORTED,
+                                parse_error=replies[a][0].parse_error if no_case else str(exc),
+                                raw=replies[a][1]) for a in authors)
+                stats["instructions_unsupported_type"] += not no_case
                 stats["instructions_no_tests"] += 1
                 continue
             example = None
         except ValueError:
+            if no_case:
+                out.extend(dict(base(iid, None, source, None), entry_point=entry, author=a,
+                                test_idx=-1, test_code=None, reason=PARSE_ERROR,
+                                parse_error=replies[a][0].parse_error, raw=replies[a][1])
+                           for a in authors)
+                stats["instructions_no_tests"] += 1
+                continue
             example = None
         row_base = dict(base(iid, None, source, None), entry_point=entry,
                         signature=pc.signature_text(sig) if sig else None,
@@ -326,7 +333,8 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
     for task, task_results in zip(work, per_task):
         candidates, records = _candidates(task, task_results, stats, cfg)
         rs = _finish(task, candidates, ctx.seed, stats)
-        no_tests = not any(r["survived"] for r in rs)
+        # the example alone is one call, not a suite (``Suite.example_only``)
+        no_tests = not any(r["survived"] and r["kind"] != EXAMPLE_KIND for r in rs)
         for r in rs:
             r.pop("_case", None)
             r.pop("_input", None)

@@ -303,9 +303,10 @@ def choose_signature(entry: str, replies: Sequence[CaseReply], language: str,
                      ) -> Signature:
     """The instruction's signature. Its arity and parameter names are the ones the instruction
     declares (``stated``) when it declares one, else the usual number of arguments of the
-    authors' cases; its types are the complete signature most authors give with that arity
-    (types that fit every case of theirs), else inferred from every case of that arity and the
-    instruction's own ``example``. An author's case of another arity is then its test fault.
+    authors' cases (the instruction's ``example``'s when no author gave one); its types are
+    the complete signature most authors give with that arity (types that fit every case of
+    theirs), else inferred from every case of that arity and the instruction's own
+    ``example``. An author's case of another arity is then its test fault.
 
     Raises:
         UnsupportedType: no types can be found, or the language cannot take them.
@@ -321,7 +322,8 @@ def choose_signature(entry: str, replies: Sequence[CaseReply], language: str,
     arities = Counter(len(c["args"]) for r in replies for c in r.cases
                       if isinstance(c, dict) and isinstance(c.get("args"), list))
     n = len(stated) if stated is not None else (
-        arities.most_common(1)[0][0] if arities else None)
+        arities.most_common(1)[0][0] if arities else
+        len(example["args"]) if example is not None else None)
     complete = Counter(signature_text(s) for s in given if s.complete
                        and (n is None or len(s.params) == n))
     if complete:

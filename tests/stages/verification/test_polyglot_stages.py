@@ -267,23 +267,37 @@ def test_dataset_rows_carry_language_and_task_kind():
 
 
 def test_authors_without_cases_leave_parse_errors_and_no_tests(sandbox_pool):
+    """No author gives a case: each reply's parse error is kept. The instruction's own example
+    (c1 states one) still gives the signature and stays the probe every answer must pass, as
+    on the Python path; it alone verifies nothing (``no_tests``). Without an example (j1) the
+    parse errors are all there is."""
     from arenaforge.stages.verification import tests as tests_stage
     from arenaforge.stages.verification import verify as verify_stage
 
-    table = answers({"c1": TASKS["c1"]})
+    table = answers({"c1": TASKS["c1"], "j1": TASKS["j1"]})
     ctx = Ctx(sandbox_pool, {"rate": rate(table)})
     for author in ctx.authors.values():
         author.reply = lambda conversation: "I would test it with a few numbers."
     written = tests_stage.run(table, tests_stage.TestGenConfig(authors=list(MODELS)), ctx)
     rows = written.table.to_pylist()
-    assert [(r["author"], r["test_idx"], r["reason"], r["parse_error"]) for r in rows] == [
-        (m, -1, "parse_error", "no assert calling add and no JSON object found")
-        for m in MODELS]
-    assert written.stats["instructions_no_tests"] == 1
+    for iid, entry in (("c1", "add"), ("j1", "evens")):
+        assert [(r["author"], r["test_idx"], r["reason"], r["parse_error"]) for r in rows
+                if r["instruction_id"] == iid and r["kind"] == "written"] == [
+            (m, -1, "parse_error", f"no assert calling {entry} and no JSON object found")
+            for m in MODELS]
+        assert all(r["no_tests"] for r in rows if r["instruction_id"] == iid)
+    [example] = [r for r in rows if r["kind"] == "example"]
+    assert (example["instruction_id"], example["call"], example["survived"]) == (
+        "c1", "add(2, 3)", True)
+    assert example["signature"] == "def add(a: int, b: int) -> int"  # names: the instruction's
+    assert sorted(example["passed_by"]) == ["m1", "m2"]  # m3's answer does not compile
+    assert written.stats["instructions_no_tests"] == 2
     ctx.tables["tests"] = written.table
     verified = verify_stage.run(table, verify_stage.VerifyConfig(), ctx).table.to_pylist()
-    assert {(r["status"], r["admission"], r["verified"]) for r in verified} == {
-        ("no_tests", "no_tests", False)}
+    assert not any(r["verified"] for r in verified)
+    assert {(r["instruction_id"], r["model"]): r["admission"] for r in verified} == {
+        ("c1", "m1"): "no_tests", ("c1", "m2"): "no_tests", ("c1", "m3"): "no_usable_code",
+        ("j1", "m1"): "no_tests", ("j1", "m2"): "no_tests", ("j1", "m3"): "no_tests"}
 
 
 def test_a_reply_is_read_as_data_and_types_come_from_the_cases():
