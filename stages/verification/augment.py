@@ -30,6 +30,7 @@ from arenaforge.stages.verification.test_split import (
 )
 
 GENERATOR = "generate_inputs"
+GENERATOR_REPLY = "\n\n--- generate_inputs reply ---\n"  # joins the second reply to ``raw``
 MARK = "@@arenaforge@@"  # prefixes the lines a program prints for the host
 _MAX_REPR = 1000  # per printed value; a longer repr is cut and so is no literal
 
@@ -121,6 +122,67 @@ def parse_generated(stdout: str, arities: Sequence[int], cap: int) -> tuple[list
         elif len(inputs) < cap:
             inputs.append(value)
     return inputs, rejected
+
+
+def inputs_request(instruction: str, signature: str, entry_point: str,
+                   calls: Sequence[str], k: int) -> list[dict[str, str]]:
+    """The tests stage's second request to an author: ``def generate_inputs()`` returning ``k``
+    inputs, the author's own first calls (argument tuples as Python literals) showing their
+    form. The same request for every language: inputs are language-neutral values."""
+    from arenaforge.pipeline.prompts import fill, load_template
+
+    user = fill(load_template("testgen_inputs.txt"), instruction=instruction,
+                signature=signature, entry_point=entry_point, k=str(k),
+                calls="\n".join(calls[:3]) or "(none shown)",
+                example=calls[0] if calls else "(first_argument, second_argument)")
+    return [{"role": "system", "content": load_template("testgen_system.txt")},
+            {"role": "user", "content": user}]
+
+
+def argument_tuple(args: Sequence[Any]) -> str:
+    """A case's arguments as the Python tuple literal the inputs request shows.
+
+    >>> argument_tuple([[1, 2], "a"]), argument_tuple([3])
+    ("([1, 2], 'a',)", '(3,)')
+    """
+    return "(" + "".join(f"{a!r}, " for a in args).rstrip() + ")"
+
+
+def run_generators(pool: Any, sources: Sequence[Sequence[str]], arities: Sequence[Sequence[int]],
+                   cap: int, *, timeout_s: float, memory_mb: int | None
+                   ) -> list[list[tuple[list[tuple], str | None]]]:
+    """Run every author's generator of every instruction in the sandbox (one suite job per
+    instruction, every instruction's in one batch; the generators are Python whatever the
+    task's language, as the inputs are language-neutral values).
+
+    Args:
+        sources: per instruction, each author's ``generate_inputs`` source.
+        arities: per instruction, the argument counts its calls take (``parse_generated``).
+
+    Returns:
+        Per instruction, per author: ``(inputs, error)``: the argument tuples kept (at most
+        ``cap``) and why none or some were not (``None`` when every printed input was kept).
+    """
+    from arenaforge.stages.verification.execution import execute_results
+
+    jobs = [("pass", [generator_program(src, cap) for src in srcs]) for srcs in sources if srcs]
+    results = iter(execute_results(pool, jobs, timeout_s=timeout_s, memory_mb=memory_mb,
+                                   fail_fast=False) if jobs else [])
+    out = []
+    for srcs, arity in zip(sources, arities):
+        res = next(results) if srcs else []
+        per_author = []
+        for r in (res if isinstance(res, list) else [None] * len(srcs)):
+            if r is None or not r.passed:
+                per_author.append(
+                    ([], "skipped" if r is None else (r.error_name or r.error_type or r.status)))
+                continue
+            inputs, rejected = parse_generated(r.stdout_tail, arity, cap)
+            per_author.append((inputs, f"{rejected} inputs rejected (no literal, or another "
+                                       "number of arguments than the tests call with)"
+                               if rejected else None))
+        out.append(per_author)
+    return out
 
 
 INEXACT = "~"  # prefixes the printed repr of a value that is not built from exact builtin types

@@ -2,8 +2,10 @@
 evidence rules.
 
 For each such instruction (its ``language`` and ``task_kind``,
-``arenaforge.stages.common.task_kinds``) every author is asked for test cases as data and for
-more inputs (``arenaforge.stages.verification.cases``); a function task's signature is
+``arenaforge.stages.common.task_kinds``) every author is asked for test cases as data
+(``arenaforge.stages.verification.cases``) and, for a function, for ``generate_inputs()`` in a
+second request, run in the sandbox as on the Python path (``augment.run_generators``; a
+program's inputs come in its reply); a function task's signature is
 the one most authors give (types from the cases where none is complete), and must be one its
 language can take (else every row is ``unsupported_type``). Each answer then runs once in the
 sandbox on every case, every generated input and the instruction's own example, rendered into
@@ -26,11 +28,12 @@ compiled), so verify grades an answer that passed every trusted case from that r
 compiling and running it again. Stats, beside the Python path's:
 ``language.<id>.<kind>.instructions``, ``compile_errors``, ``language.<id>.<kind>.compile_errors``,
 ``sandbox_faults``, ``harness_errors`` (an answer whose checked cases its language's harness
-could not render: not run), ``instructions_unsupported_type``.
+could not render: not run), ``instructions_unsupported_type``, ``augment.generators``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
@@ -38,6 +41,13 @@ from typing import Any
 from arenaforge.pipeline.stage import per_model
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
 from arenaforge.stages.verification import cases as pc
+from arenaforge.stages.verification.augment import (
+    GENERATOR_REPLY,
+    argument_tuple,
+    extract_generator,
+    inputs_request,
+    run_generators,
+)
 from arenaforge.stages.verification.evidence import (
     EXAMPLE,
     STRENGTH,
@@ -67,20 +77,26 @@ UNSUPPORTED = "unsupported_type"  # the task's values have no form in its langua
 def ask_authors(jobs: list[tuple[str, str, str, str | None]], authors: list[str], cfg: Any,
                 ctx: Any) -> dict[str, list[tuple[pc.CaseReply, str]]]:
     """Each author's ``(parsed reply, raw text)`` per job ``(instruction, language, kind,
-    entry point)``, in job order."""
+    entry point)``, in job order. With ``augment`` and ``inputs_call: second_call`` an author
+    whose reply held a function's cases is then asked for ``generate_inputs()`` (the request
+    the Python path makes, ``augment.inputs_request``); its reply is joined to the raw text."""
     from arenaforge.pipeline.backends.base import SamplingParams
 
     params = SamplingParams(n=1, temperature=cfg.temperature, max_tokens=cfg.max_tokens,
                             seed=ctx.seed)
-    k = cfg.inputs_per_author if cfg.augment else 0
+    # The reply is asked for inputs too, with either ``inputs_call``: without that line the
+    # 0.5B wrote its function instead of asserts in 22 of 30 replies instead of 9 (verify-bench,
+    # JavaScript + C++), though it wrote no input there; ``second_call`` then asks a function's
+    # authors for ``generate_inputs()`` apart (a program's stdins come in the reply only)
+    ks = [cfg.inputs_per_author if cfg.augment else 0 for _ in jobs]
     convs = [pc.conversation(text, lang, kind, entry, cfg.tests_per_author, k)
-             for text, lang, kind, entry in jobs]
+             for (text, lang, kind, entry), k in zip(jobs, ks)]
 
     def author_writes(author: str) -> list[tuple[pc.CaseReply, str]]:
         backend, replies = ctx.backend(author), []
         for start in range(0, len(convs), cfg.batch_size):
-            for (_, _, kind, entry), reply in zip(
-                    jobs[start:start + cfg.batch_size],
+            for (_, _, kind, entry), k, reply in zip(
+                    jobs[start:start + cfg.batch_size], ks[start:start + cfg.batch_size],
                     backend.chat(convs[start:start + cfg.batch_size], params)):
                 c = reply[0]
                 parsed = (pc.CaseReply(parse_error=f"backend error: {c.error}")
@@ -88,17 +104,59 @@ def ask_authors(jobs: list[tuple[str, str, str, str | None]], authors: list[str]
                           pc.parse_reply(c.text, kind, entry, max_cases=cfg.max_tests_per_author,
                                          max_inputs=k))
                 replies.append((parsed, c.text))
+        if cfg.augment and cfg.inputs_call == "second_call" and (
+                cfg.generator_authors is None or author in cfg.generator_authors):
+            replies = _ask_generators(backend, jobs, replies, cfg, ctx.seed)
         return replies
 
     return per_model(ctx, authors, author_writes)
 
 
+def _ask_generators(backend: Any, jobs: list[tuple[str, str, str, str | None]],
+                    replies: list[tuple[pc.CaseReply, str]], cfg: Any, seed: int
+                    ) -> list[tuple[pc.CaseReply, str]]:
+    """One author's second requests: ``generate_inputs()`` for each function task its reply
+    gave cases for, the author's own arguments showing their form."""
+    from arenaforge.pipeline.backends.base import SamplingParams
+
+    params = SamplingParams(n=1, temperature=cfg.temperature,
+                            max_tokens=cfg.generator_max_tokens, seed=seed)
+    todo = [i for i, (parsed, _) in enumerate(replies)
+            if jobs[i][2] == FUNCTION and parsed.cases]
+    out = list(replies)
+    for start in range(0, len(todo), cfg.batch_size):
+        batch = todo[start:start + cfg.batch_size]
+        convs = []
+        for i in batch:
+            text, lang, _, entry = jobs[i]
+            args = [c["args"] for c in replies[i][0].cases
+                    if isinstance(c, dict) and isinstance(c.get("args"), list)]
+            convs.append(inputs_request(
+                text, _shown_signature(text, lang, entry, len(args[0]) if args else 0),
+                entry or "", [argument_tuple(a) for a in args], cfg.inputs_per_author))
+        for i, reply in zip(batch, backend.chat(convs, params)):
+            parsed, raw = replies[i]
+            out[i] = (parsed, f"{raw}{GENERATOR_REPLY}{reply[0].text}")
+    return out
+
+
+def _shown_signature(instruction: str, language: str, entry: str | None, arity: int) -> str:
+    """The function as the inputs request names it, in Python notation: its parameters as the
+    instruction declares them, else as many as the author's first case passes."""
+    declared = pc.stated_declaration(instruction, language, entry)
+    names = (list(declared[1]) if declared is not None and declared[0] == entry else
+             [f"arg{i + 1}" for i in range(arity)])
+    return f"def {entry}({', '.join(names)})"
+
+
 def _rows(base: dict, lang: str, kind: str, replies: dict[str, tuple[pc.CaseReply, str]],
-          sig: Any) -> list[dict]:
-    """The written rows of every author and the augmented rows of their inputs."""
+          sig: Any, generated: dict[str, dict] | None = None) -> list[dict]:
+    """The written rows of every author and the augmented rows of their inputs.
+    ``generated``: per author, its generator's columns (``generator``, ``generator_error``,
+    ``generated_inputs``)."""
     entry, rows, seen, calls = base["entry_point"], [], set(), set()
     for author, (reply, raw) in replies.items():
-        common = dict(base, author=author, raw=raw)
+        common = dict(base, author=author, raw=raw, **(generated or {}).get(author, {}))
         if reply.parse_error is not None:
             rows.append(dict(common, test_idx=-1, test_code=None, reason=PARSE_ERROR,
                              parse_error=reply.parse_error))
@@ -128,9 +186,45 @@ def _rows(base: dict, lang: str, kind: str, replies: dict[str, tuple[pc.CaseRepl
                 continue
             calls.add(call)
             rows.append(dict(base, author=author, kind=AUGMENTED, test_idx=next_idx,
-                             test_code=None, call=call, reason="", raw=None, _input=raw_input))
+                             test_code=None, call=call, reason="", raw=None, _input=raw_input,
+                             **(generated or {}).get(author, {})))
             next_idx += 1
     return rows
+
+
+def _generated_inputs(pending: list[tuple], cfg: Any, ctx: Any, stats: dict
+                      ) -> list[tuple[dict, dict[str, dict]]]:
+    """Run the authors' generators of every pending function task (``augment.run_generators``,
+    one sandbox batch) and put the inputs they printed in their replies. Per task: the
+    replies, and per author its generator's columns."""
+    sources: list[list[str]] = []
+    owners: list[list[str]] = []
+    for _, _, _, kind, _, sig, _, replies, _ in pending:
+        found = {a: extract_generator(raw.rpartition(GENERATOR_REPLY)[2])
+                 for a, (_, raw) in replies.items()
+                 if kind == FUNCTION and sig is not None and GENERATOR_REPLY in raw}
+        owners.append([a for a, (src, _) in found.items() if src])
+        sources.append([src for src, _ in found.values() if src])
+        stats["augment.generators"] += len(owners[-1])
+    ran = run_generators(ctx.sandbox(), sources,
+                         [(len(p[5].params),) if p[5] is not None else () for p in pending],
+                         cfg.inputs_per_author, timeout_s=cfg.timeout_s,
+                         memory_mb=cfg.memory_mb) if any(sources) else [[] for _ in pending]
+    out = []
+    for (_, _, _, kind, _, sig, _, replies, _), authors, per_author in zip(pending, owners, ran):
+        replies = dict(replies)
+        columns = {}
+        for a, (_, raw) in replies.items():
+            if kind == FUNCTION and GENERATOR_REPLY in raw:
+                src, why = extract_generator(raw.rpartition(GENERATOR_REPLY)[2])
+                columns[a] = {"generator": src, "generator_error": why, "generated_inputs": 0}
+        for author, (inputs, error) in zip(authors, per_author):
+            reply, raw = replies[author]
+            replies[author] = (dataclasses.replace(
+                reply, inputs=(*reply.inputs, *(list(args) for args in inputs))), raw)
+            columns[author].update(generator_error=error, generated_inputs=len(inputs))
+        out.append((replies, columns))
+    return out
 
 
 def _dump(value: Any) -> str:
@@ -249,6 +343,7 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
                          for iid in todo], authors, cfg, ctx)
     position = {iid: k for k, iid in enumerate(todo)}
     work: list[dict] = []
+    pending: list[tuple] = []
     for iid, rows in answers.items():
         lang, kind = tasks[iid]
         stats[f"language.{lang}.{kind}.instructions"] += 1
@@ -300,7 +395,11 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
         row_base = dict(base(iid, None, source, None), entry_point=entry,
                         signature=pc.signature_text(sig) if sig else None,
                         example=pc.case_fields(kind, entry, example)[2] if example else None)
-        rs = _rows(row_base, lang, kind, replies, sig)
+        pending.append((iid, rows, lang, kind, entry, sig, example, replies, row_base))
+    generated = _generated_inputs(pending, cfg, ctx, stats)
+    for (iid, rows, lang, kind, entry, sig, example, _, row_base), (replies, gen) in zip(
+            pending, generated):
+        rs = _rows(row_base, lang, kind, replies, sig, gen)
         written = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == ""]
         augmented = [r for r in rs if r["kind"] == AUGMENTED]
         # what the harness runs of each answer (a Python function bound as verify binds it)

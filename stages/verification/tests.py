@@ -64,12 +64,13 @@ from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec, per_model
 from arenaforge.stages.common.task_kinds import table_tasks, uses_python_path
 from arenaforge.stages.verification.augment import (
+    GENERATOR_REPLY,
     call_program,
     extract_generator,
-    generator_program,
     input_program,
+    inputs_request,
     outcome_of,
-    parse_generated,
+    run_generators,
 )
 from arenaforge.stages.verification.entry_points import (
     bind,
@@ -196,15 +197,9 @@ def inputs_conversation(instruction: str, entry: EntryPoint, tests: ParsedTests,
         if shape is not None:
             call = ast.parse(shape[0]).body[0].value  # type: ignore[attr-defined]
             args.append("(" + "".join(f"{ast.unparse(a)}, " for a in call.args).rstrip() + ")")
-    user = fill(load_template("testgen_inputs.txt"), instruction=instruction,
-                signature=entry.signature, entry_point=entry.name, k=str(k),
-                calls="\n".join(args[:3]) or "(none shown)",
-                example=args[0] if args else "(first_argument, second_argument)")
-    return [{"role": "system", "content": load_template("testgen_system.txt")},
-            {"role": "user", "content": user}]
+    return inputs_request(instruction, entry.signature, entry.name, args, k)
 
 
-GENERATOR_REPLY = "\n\n--- generate_inputs reply ---\n"  # joins the second reply to ``raw``
 
 
 def write_generators(backend: Any, jobs: list[tuple[str, EntryPoint]],
@@ -307,33 +302,21 @@ def _written_rows(base: dict, authors: list[str], written: dict, generators: dic
 
 
 def _run_generators(pool: Any, rows: dict[str, list[dict]], cfg: TestGenConfig) -> None:
-    """Run every author's generator (one suite job per instruction); add the augmented rows."""
-    from arenaforge.stages.verification.execution import execute_results
-
-    jobs, where = [], []
-    for iid, rs in rows.items():
-        by_author = {r["author"]: r for r in rs if r["generator"]}
-        if by_author:
-            jobs.append(("pass", [generator_program(r["generator"], cfg.inputs_per_author)
-                                  for r in by_author.values()]))
-            where.append((iid, list(by_author)))
-    results = execute_results(pool, jobs, timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb,
-                              fail_fast=False) if jobs else []
-    for (iid, authors), res in zip(where, results):
+    """Run every author's generator (``augment.run_generators``); add the augmented rows."""
+    where = [(iid, {r["author"]: r for r in rs if r["generator"]}) for iid, rs in rows.items()]
+    where = [(iid, by_author) for iid, by_author in where if by_author]
+    arities = [call_arities([r["test_code"] for r in rows[iid]], rows[iid][0]["entry_point"])
+               for iid, _ in where]
+    ran = run_generators(pool, [[r["generator"] for r in by_author.values()]
+                                for _, by_author in where], arities, cfg.inputs_per_author,
+                         timeout_s=cfg.timeout_s, memory_mb=cfg.memory_mb)
+    for (iid, by_author), per_author in zip(where, ran):
         rs = rows[iid]
         entry = rs[0]["entry_point"]
-        arities = call_arities([r["test_code"] for r in rs], entry)
         # not deduplicated against written calls: an input a test also calls is the evidence
         # that confirms or contradicts that test
         seen: set[str] = set()
-        for author, r in zip(authors, res if isinstance(res, list) else [None] * len(authors)):
-            if r is None or not r.passed:
-                error = "skipped" if r is None else (r.error_name or r.error_type or r.status)
-                inputs, rejected = [], 0
-            else:
-                inputs, rejected = parse_generated(r.stdout_tail, arities, cfg.inputs_per_author)
-                error = (f"{rejected} inputs rejected (no literal, or another number of "
-                         "arguments than the tests call with)") if rejected else None
+        for author, (inputs, error) in zip(by_author, per_author):
             own = [x for x in rs if x["author"] == author and x["kind"] == WRITTEN]
             for x in own:
                 x.update(generator_error=error or x["generator_error"],

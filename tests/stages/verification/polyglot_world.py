@@ -70,8 +70,9 @@ REPLIES = {("m1", "add"): _ADD, ("m2", "add"): _ADD, ("m3", "add"): _ADD,
 
 class Author(ScriptedChat):
     """Replies with its cases by the entry point named in the request: a function's as asserts
-    in Python notation (what the request asks for), a program's as a JSON block (to a Python
-    function's request, with ``python``)."""
+    in Python notation (what the request asks for), then its inputs as ``generate_inputs()``
+    when asked for them apart; a program's as a JSON block (to a Python function's request,
+    with ``python``)."""
 
     def __init__(self, model: str):
         super().__init__({})
@@ -80,6 +81,10 @@ class Author(ScriptedChat):
 
     def reply(self, conversation) -> str:
         user = conversation[-1]["content"]
+        if "def generate_inputs" in user:  # the second request: its inputs, as a generator
+            entry = next(e for e in ("add", "evens") if f"def {e}(" in user)
+            inputs = ", ".join(repr(tuple(args)) for args in REPLIES[self.model, entry]["inputs"])
+            return f"```python\ndef generate_inputs():\n    return [{inputs}]\n```"
         if "standard input" in user:
             return "```json\n" + json.dumps(REPLIES[self.model, "main"]) + "\n```"
         if "whatever the solution's language" not in user:
