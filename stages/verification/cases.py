@@ -311,10 +311,13 @@ def choose_signature(entry: str, replies: Sequence[CaseReply], language: str,
     Raises:
         UnsupportedType: no types can be found, or the language cannot take them.
     """
+    lang = target(language)
     given: list[Signature] = []
     for reply in replies:
         try:
             sig = parse_signature(reply.signature) if reply.signature else None
+            if sig is not None and sig.complete:
+                lang.check_signature(sig)  # a type the language has no form for is no help
         except UnsupportedType:
             sig = None
         if sig is not None:
@@ -338,15 +341,16 @@ def choose_signature(entry: str, replies: Sequence[CaseReply], language: str,
                  and "expected" in c]
         if example is not None and len(example["args"]) == n:
             cases.append(example)
+        loose = lang.takes_any  # Python: values of mixed types are Any, not an error
         params = tuple((name, infer_type((c["args"][i] for c in cases),
-                                         f"parameter {name!r} of {entry}"))
+                                         f"parameter {name!r} of {entry}", loose=loose))
                        for i, name in enumerate(names))
         chosen = Signature(entry, params, infer_type((c["expected"] for c in cases),
-                                                     f"the return of {entry}"))
+                                                     f"the return of {entry}", loose=loose))
     if stated is not None:
         chosen = Signature(entry, tuple((name, t) for name, (_, t) in zip(stated, chosen.params)),
                            chosen.returns)
-    target(language).check_signature(chosen)
+    lang.check_signature(chosen)
     return chosen
 
 

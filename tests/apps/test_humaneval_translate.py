@@ -106,7 +106,7 @@ def test_a_translated_problem_has_the_prompt_types_and_its_docstring(problems):
 
 
 @pytest.mark.parametrize("task_id,language,reason", [
-    ("HumanEval/22", "cpp", TYPE),                # List[Any]
+    ("HumanEval/22", "cpp", TYPE_IN_LANGUAGE),    # List[Any]: Python's harness takes it
     ("HumanEval/137", "rust", TYPE),              # int, float and str in one parameter
     ("HumanEval/32", "python", PROMPT_HELPER),    # find_zero needs the prompt's poly
     ("HumanEval/38", "go", PROMPT_HELPER),        # decode_cyclic: the encoder is Python
@@ -125,7 +125,7 @@ def test_skips_say_why(problems, task_id, language, reason):
 
 def test_coverage_per_language_is_what_the_docs_say(problems):
     counts = {lang: len(translate_suite(list(problems.values()), lang)[0]) for lang in LANGUAGES}
-    assert counts == {"python": 153, "cpp": 153, "c": 97, "javascript": 152, "typescript": 152,
+    assert counts == {"python": 154, "cpp": 153, "c": 97, "javascript": 152, "typescript": 152,
                       "java": 147, "go": 147, "rust": 153}
 
 

@@ -30,6 +30,9 @@ from typing import Any
 
 INT, FLOAT, BOOL, STR = "int", "float", "bool", "str"
 LIST, DICT, OPTIONAL, TUPLE = "list", "dict", "optional", "tuple"
+# any value: what a dynamically typed target (Python) takes where the values mix types; a typed
+# target has no form for it (``Target.takes_any``)
+ANY = "any"
 SCALARS = (INT, FLOAT, BOOL, STR)
 _UNKNOWN_KIND = "?"  # an element type no value has shown yet (the elements of [])
 SUPPORTED = ("int, float, bool, str, list[T], dict[K, V] (K int or str), Optional[T], "
@@ -51,6 +54,8 @@ class Type:
     def __str__(self) -> str:
         if self.kind in SCALARS:
             return self.kind
+        if self.kind == ANY:
+            return "Any"
         if self.kind == OPTIONAL:
             return f"Optional[{self.args[0]}]"
         return f"{self.kind}[{', '.join(str(a) for a in self.args)}]"
@@ -119,6 +124,8 @@ def _from_ast(node: ast.expr, text: str, where: str) -> Type:
     name = _name(node)
     if name in SCALARS:
         return Type(name)
+    if name == "Any":
+        return Type(ANY)
     if isinstance(node, ast.BinOp) and isinstance(node.op, ast.BitOr):
         sides = [node.left, node.right]
         real = [s for s in sides if not _is_none(s)]
@@ -281,13 +288,25 @@ def _has_unknown(t: Type) -> bool:
     return t.kind == _UNKNOWN_KIND or any(_has_unknown(a) for a in t.args)
 
 
-def infer_type(values: Iterable[Any], where: str) -> Type:
+def infer_type(values: Iterable[Any], where: str, *, loose: bool = False) -> Type:
     """The type of a parameter (or the return) from its values in every test case.
+
+    ``loose`` (a target that takes ``Any``): values that no one type holds, or that say no
+    type, are ``Any`` instead of an error.
+
+    >>> str(infer_type([1, "a"], "x", loose=True)), str(infer_type([[]], "x", loose=True))
+    ('Any', 'Any')
 
     Raises:
         UnsupportedType: No value says it (only ``None``, or only empty lists), or values of
-            incompatible types (``1`` and ``"a"``).
+            incompatible types (``1`` and ``"a"``); never with ``loose``.
     """
+    if loose:
+        values = list(values)
+        try:
+            return infer_type(values, where)
+        except UnsupportedType:
+            return Type(ANY)
     found: Type | None = None
     has_none = False
     for value in values:
@@ -303,6 +322,8 @@ def infer_type(values: Iterable[Any], where: str) -> Type:
 def check_value(value: Any, t: Type, where: str) -> None:
     """Raise ``UnsupportedType`` unless ``value`` is a value of ``t`` (an int is a float)."""
     ok = True
+    if t.kind == ANY:
+        return
     if t.kind == OPTIONAL:
         if value is not None:
             check_value(value, t.args[0], where)

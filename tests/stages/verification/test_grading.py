@@ -102,3 +102,22 @@ def test_python_as_a_harness_target_grades_as_the_assert_path(sandbox_pool, code
                          timeout_s=3)
     assert (g.verdict.status, g.probe_gate, g.program_gate) == (status, probe, program)
     assert tuple(g.counts[s][0] for s in ("visible", "hidden", "augmented")) == counts
+
+
+def test_the_python_target_runs_values_of_mixed_types(sandbox_pool):
+    """A signature of ``Any`` (values that share no one type): the Python harness passes each
+    value as it is, and a right answer passes every case."""
+    import json
+
+    from arenaforge.stages.verification.grading import grade_programs
+
+    cases = [([1, 2.5], 2.5), ([1, "2,3"], "2,3"), (["5,1", "6"], "6"), (["1", 1], None)]
+    texts = tuple(json.dumps({"args": a, "expected": e}) for a, e in cases)
+    suite = Suite("i", "compare_one", from_instruction=True,
+                  signature="def compare_one(a: Any, b: Any) -> Any", arities=(2,),
+                  hidden=texts)
+    code = ("def compare_one(a, b):\n"
+            "    x, y = (float(str(v).replace(',', '.')) for v in (a, b))\n"
+            "    return None if x == y else (a if x > y else b)\n")
+    [g] = grade_programs(sandbox_pool, [(code, suite, "python", "function")], timeout_s=3)
+    assert (g.verdict.status, g.counts["hidden"]) == ("passed", (4, 4)), g.verdict

@@ -37,13 +37,14 @@ from arenaforge.stages.verification.harness.types import (
     ("None | str", "Optional[str]"), ("Union[float, None]", "Optional[float]"),
     ("Tuple[int, str]", "tuple[int, str]"), ("typing.List[int]", "list[int]"),
     ("Optional[Optional[int]]", "Optional[int]"),
+    ("Any", "Any"),  # parses; only Python has a form for it (Target.takes_any)
 ])
 def test_annotations_in_the_subset_parse(text, expected):
     assert str(parse_type(text)) == expected
 
 
 @pytest.mark.parametrize("text,why", [
-    ("Any", ""), ("set[int]", ""), ("Union[int, str]", "union"), ("tuple[int, ...]", ""),
+    ("set[int]", ""), ("Union[int, str]", "union"), ("tuple[int, ...]", ""),
     ("dict[float, int]", "keys"), ("MyClass", ""), ("List[", "does not parse"),
     ("Callable[[int], int]", ""),
 ])
@@ -146,3 +147,27 @@ def test_values_parse_from_json_with_special_floats():
 def test_stdout_is_compared_after_the_stated_normalisation(expected, got, equal):
     assert stdout_equal(expected, got) is equal
     assert normalize_stdout("a \r\nb\t\n\n") == "a\nb"
+
+
+def test_python_takes_values_of_mixed_types_and_typed_languages_do_not():
+    """Values that share no one type (HumanEval's ``compare_one(1, "2,3")``) are ``Any`` for
+    Python, whose harness passes each value as it is, and stay unsupported for a typed
+    language."""
+    from arenaforge.stages.verification.cases import CaseReply, choose_signature
+    from arenaforge.stages.verification.harness.targets import target
+
+    reply = CaseReply(None, ({"args": [1, 2.5], "expected": 2.5},
+                             {"args": [1, "2,3"], "expected": "2,3"},
+                             {"args": ["1", 1], "expected": None}))
+    sig = choose_signature("compare_one", [reply], "python")
+    assert str(sig.params[0][1]) == str(sig.returns) == "Any"  # Any holds None too
+    assert parse_signature("def f(x: Any) -> Any").complete  # what verify reads back
+    assert target("python").literal([1, "a", [2.5, None], {"k": True}], parse_type("Any")) == \
+        "[1, 'a', [2.5, None], {'k': True}]"
+    with pytest.raises(UnsupportedType, match="mixed"):
+        choose_signature("compare_one", [reply], "cpp")
+    with pytest.raises(UnsupportedType, match="no form for values of mixed or unknown types"):
+        target("java").check_signature(parse_signature("def f(x: Any) -> int"))
+    # an author's signature the language has no form for is no help: the cases decide
+    typed = CaseReply("def add(a: Any, b: Any) -> Any", ({"args": [1, 2], "expected": 3},))
+    assert str(choose_signature("add", [typed], "cpp").returns) == "int"

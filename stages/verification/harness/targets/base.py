@@ -32,6 +32,7 @@ from arenaforge.pipeline.sandbox.languages.jobs import (
 )
 from arenaforge.stages.verification.harness.cases import CallCase
 from arenaforge.stages.verification.harness.types import (
+    ANY,
     BOOL,
     DICT,
     FLOAT,
@@ -47,7 +48,7 @@ from arenaforge.stages.verification.harness.types import (
     dict_key,
 )
 
-__all__ = ["BOOL", "CALLS_FD", "CALL_RAISED", "CALL_START", "CALL_VALUE", "C_INT_MIN",
+__all__ = ["ANY", "BOOL", "CALLS_FD", "CALL_RAISED", "CALL_START", "CALL_VALUE", "C_INT_MIN",
            "C_INT_SUFFIX", "DICT", "FLOAT", "INT", "LIST", "OPTIONAL", "STR", "TUPLE", "Target",
            "c_string", "check_int64", "dict_key", "float_parts", "json_string"]
 
@@ -108,6 +109,7 @@ class Target:
     int64 = True  # the language's integers are 64-bit: a larger value is UnsupportedType
     int_suffix = ""
     int_min = ""  # how -2**63 is written, where its literal would overflow
+    takes_any = False  # whether a value may have no one type (``types.ANY``): Python only
 
     def unsupported(self, t: Type) -> str | None:
         """Why this language cannot take type ``t`` (None: it can)."""
@@ -115,7 +117,8 @@ class Target:
 
     def check_type(self, t: Type, where: str) -> None:
         """Raise ``UnsupportedType`` when this language cannot take ``t``."""
-        why = self.unsupported(t)
+        why = (f"has no form for values of mixed or unknown types ({t})"
+               if t.kind == ANY and not self.takes_any else self.unsupported(t))
         if why:
             raise UnsupportedType(f"{where}: {self.display} {why}")
         for arg in t.args:

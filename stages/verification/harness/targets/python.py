@@ -8,6 +8,7 @@ from typing import Any, ClassVar
 
 from arenaforge.stages.verification.harness.cases import CallCase
 from arenaforge.stages.verification.harness.targets.base import (
+    ANY,
     BOOL,
     CALL_RAISED,
     CALL_START,
@@ -64,13 +65,26 @@ class PythonTarget(Target):
         LIST: "List[{0}]", DICT: "Dict[{0}, {1}]", OPTIONAL: "Optional[{0}]",
         TUPLE: "Tuple[{items}]"}
     bools, nan, inf, int64 = ("True", "False"), "float('nan')", "float('inf')", False
+    takes_any = True  # Python passes any value; its tests' values need not share one type
 
     def string(self, text: str) -> str:
         return repr(text)
 
+    def type_name(self, t: Type) -> str:
+        return "Any" if t.kind == ANY else super().type_name(t)
+
     def literal(self, value: Any, t: Type) -> str:
         if value is None:
             return "None"
+        if t.kind == ANY:  # the value as it is: each part by its own kind
+            if isinstance(value, (list, tuple)):
+                return "[" + ", ".join(self.literal(v, t) for v in value) + "]"
+            if isinstance(value, dict):
+                return "{" + ", ".join(f"{self.literal(k, t)}: {self.literal(v, t)}"
+                                       for k, v in value.items()) + "}"
+            kind = (BOOL if isinstance(value, bool) else INT if isinstance(value, int) else
+                    FLOAT if isinstance(value, float) else STR)
+            return self.scalar(value, Type(kind))
         if t.kind == OPTIONAL:
             return self.literal(value, t.args[0])
         if t.kind == LIST:
