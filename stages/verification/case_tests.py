@@ -132,21 +132,12 @@ def _ask_generators(backend: Any, jobs: list[tuple[str, str, str, str | None]],
             args = [c["args"] for c in replies[i][0].cases
                     if isinstance(c, dict) and isinstance(c.get("args"), list)]
             convs.append(inputs_request(
-                text, _shown_signature(text, lang, entry, len(args[0]) if args else 0),
+                text, pc.shown_declaration(text, lang, entry, len(args[0]) if args else 0),
                 entry or "", [argument_tuple(a) for a in args], cfg.inputs_per_author))
         for i, reply in zip(batch, backend.chat(convs, params)):
             parsed, raw = replies[i]
             out[i] = (parsed, f"{raw}{GENERATOR_REPLY}{reply[0].text}")
     return out
-
-
-def _shown_signature(instruction: str, language: str, entry: str | None, arity: int) -> str:
-    """The function as the inputs request names it, in Python notation: its parameters as the
-    instruction declares them, else as many as the author's first case passes."""
-    declared = pc.stated_declaration(instruction, language, entry)
-    names = (list(declared[1]) if declared is not None and declared[0] == entry else
-             [f"arg{i + 1}" for i in range(arity)])
-    return f"def {entry}({', '.join(names)})"
 
 
 def _rows(base: dict, lang: str, kind: str, replies: dict[str, tuple[pc.CaseReply, str]],

@@ -89,10 +89,28 @@ def conversation(instruction: str, language: str, kind: str, entry_point: str | 
                   entry_point=entry_point or PROGRAM_ENTRY) if k and kind == FUNCTION else ""
     user = fill(load_template(f"testgen_cases_{kind}.txt"), n=str(n), k=str(k),
                 language=display(language), entry_point=entry_point or PROGRAM_ENTRY,
-                instruction=instruction, inputs=inputs)
+                instruction=instruction, inputs=inputs,
+                declaration=shown_declaration(instruction, language, entry_point))
     system = "testgen_system.txt" if kind == FUNCTION else "testgen_cases_system.txt"
     return [{"role": "system", "content": load_template(system)},
             {"role": "user", "content": user}]
+
+
+def shown_declaration(instruction: str, language: str, entry: str | None, arity: int = 0
+                      ) -> str:
+    """The function as a test author's request shows it, in Python notation whatever the
+    language (the asserts are written so): its parameters as the instruction declares them,
+    else ``arity`` placeholders (``...`` when that is not known either).
+
+    >>> shown_declaration("Write add(a, b) in C++.", "cpp", "add")
+    'def add(a, b)'
+    >>> shown_declaration("Sum a list.", "go", "total", 1), shown_declaration("Sum.", "go", "f")
+    ('def total(arg1)', 'def f(...)')
+    """
+    declared = stated_declaration(instruction, language, entry)
+    if declared is not None and declared[0] == entry:
+        return f"def {entry}({', '.join(declared[1])})"
+    return f"def {entry}({', '.join(f'arg{i + 1}' for i in range(arity)) or '...'})"
 
 
 def _json_object(text: str) -> dict | None:
