@@ -5,15 +5,14 @@ For each such instruction (its ``language`` and ``task_kind``,
 ``arenaforge.stages.common.task_kinds``) every author is asked for test cases as data
 (``arenaforge.stages.verification.cases``) and, for a function, for ``generate_inputs()`` in a
 second request, run in the sandbox as on the Python path (``augment.run_generators``; a
-program's inputs come in its reply); a function task's signature is
-the one most authors give (types from the cases where none is complete), and must be one its
-language can take (else every row is ``unsupported_type``). Each answer then runs once in the
-sandbox on every case, every generated input and the instruction's own example, rendered into
-its language's harness (``arenaforge.stages.verification.harness``: ``function_job`` /
-``program_job``, compiled once, all in one sandbox call); what it returned on each is compared
-on the host. Trust is then
-decided by ``arenaforge.stages.verification.evidence.weigh`` on that data, exactly as for a
-Python function: which answers pass which case, what each returned on each call, and which
+program's inputs come in its reply). A function task's signature is the one most authors give
+(types from the cases where none is complete), and must be one its language can take (else
+every row is ``unsupported_type``). Each answer then runs once in the sandbox on every case,
+every generated input and the instruction's own example, rendered into its language's harness
+(``arenaforge.stages.verification.harness``: ``function_job`` / ``program_job``, compiled
+once, all in one sandbox call); what it returned on each is compared on the host. Trust is
+then decided by ``arenaforge.stages.verification.evidence.weigh`` on that data, exactly as for
+a Python function: which answers pass which case, what each returned on each call, and which
 answers are one program (``program_key_of``). An answer that does not compile is no evidence
 (a compile error is the answer's failure, never the test's); it is counted apart
 (``compile_errors``, ``language.<id>.<kind>.compile_errors``).
