@@ -27,7 +27,9 @@ compiled), so verify grades an answer that passed every trusted case from that r
 compiling and running it again. Stats, beside the Python path's:
 ``language.<id>.<kind>.instructions``, ``compile_errors``, ``language.<id>.<kind>.compile_errors``,
 ``sandbox_faults``, ``harness_errors`` (an answer whose checked cases its language's harness
-could not render: not run), ``instructions_unsupported_type``, ``augment.generators``.
+could not render: not run), ``instructions_unsupported_type``, ``augment.generators``,
+``asked_again`` and ``asked_again_parsed`` (function replies without a test asked once more,
+``retry_unparsed``, and those whose second reply held tests).
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any
 
+from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import per_model
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
 from arenaforge.stages.verification import cases as pc
@@ -103,12 +106,42 @@ def ask_authors(jobs: list[tuple[str, str, str, str | None]], authors: list[str]
                           pc.parse_reply(c.text, kind, entry, max_cases=cfg.max_tests_per_author,
                                          max_inputs=k))
                 replies.append((parsed, c.text))
+        if cfg.retry_unparsed:
+            replies = _ask_again(backend, jobs, convs, replies, ks, cfg, params)
         if cfg.augment and cfg.inputs_call == "second_call" and (
                 cfg.generator_authors is None or author in cfg.generator_authors):
             replies = _ask_generators(backend, jobs, replies, cfg, ctx.seed)
         return replies
 
     return per_model(ctx, authors, author_writes)
+
+
+RETRY_REPLY = "\n\n--- reply asked again ---\n"  # joins the second reply to ``raw``
+
+
+def _ask_again(backend: Any, jobs: list[tuple[str, str, str, str | None]], convs: list,
+               replies: list[tuple[pc.CaseReply, str]], ks: list[int], cfg: Any, params: Any
+               ) -> list[tuple[pc.CaseReply, str]]:
+    """One author's function replies that held no test, asked once more with what was wrong
+    (``testgen_cases_retry.txt``); the second reply replaces the first when it parses, and
+    is joined to the raw text either way (the first reply's failure stays in it)."""
+    todo = [i for i, (parsed, raw) in enumerate(replies) if jobs[i][2] == FUNCTION
+            and parsed.parse_error is not None and not parsed.parse_error.startswith("backend")]
+    out = list(replies)
+    for start in range(0, len(todo), cfg.batch_size):
+        batch = todo[start:start + cfg.batch_size]
+        asked = [[*convs[i], {"role": "assistant", "content": replies[i][1]},
+                  {"role": "user", "content": fill(load_template("testgen_cases_retry.txt"),
+                                                   entry_point=jobs[i][3] or "",
+                                                   n=str(cfg.tests_per_author))}]
+                 for i in batch]
+        for i, reply in zip(batch, backend.chat(asked, params)):
+            first, raw = replies[i]
+            text = reply[0].text if reply[0].finish_reason != "error" else ""
+            parsed = pc.parse_reply(text, FUNCTION, jobs[i][3],
+                                    max_cases=cfg.max_tests_per_author, max_inputs=ks[i])
+            out[i] = (first if parsed.parse_error else parsed, f"{raw}{RETRY_REPLY}{text}")
+    return out
 
 
 def _ask_generators(backend: Any, jobs: list[tuple[str, str, str, str | None]],
@@ -345,6 +378,9 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
             continue
         entry, source = entries[iid]
         replies = {a: asked[a][position[iid]] for a in authors}
+        for reply, raw in replies.values():
+            stats["asked_again"] += RETRY_REPLY in raw
+            stats["asked_again_parsed"] += RETRY_REPLY in raw and reply.parse_error is None
         example = pc.example_case(rows[0]["instruction"], kind, entry)
         # no author gave a case: only the instruction's example can give the signature (it is
         # still the probe every answer must pass, as on the Python path)

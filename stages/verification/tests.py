@@ -143,6 +143,10 @@ class TestGenConfig(StageConfig):
 
     authors: list[str] | None = Field(None, description="test authors; default: the experts")
     tests_per_author: int = Field(5, ge=1, le=50, description="tests asked of each author")
+    retry_unparsed: bool = Field(
+        True, description="ask an author whose reply to a function's request held no test once "
+        "more, saying so (the case path; the 0.5B writes its function instead of asserts in "
+        "about a quarter of its replies)")
     max_tests_per_author: int = Field(8, ge=1, le=100, description="tests kept per author")
     augment: bool = Field(True, description="ask each author for generate_inputs() too")
     inputs_call: Literal["same_reply", "second_call"] = Field(

@@ -300,6 +300,33 @@ def test_authors_without_cases_leave_parse_errors_and_no_tests(sandbox_pool):
         ("j1", "m1"): "no_tests", ("j1", "m2"): "no_tests", ("j1", "m3"): "no_tests"}
 
 
+def test_an_author_whose_reply_held_no_test_is_asked_once_more(sandbox_pool):
+    """m1 first writes its function (what the 0.5B does in a quarter of its replies); asked
+    again, saying so, it writes its asserts, and those are its tests. With ``retry_unparsed``
+    off, its reply is a parse error as before."""
+    from arenaforge.stages.verification import tests as tests_stage
+
+    table = answers({"c1": TASKS["c1"]})
+    for retry, expected in ((True, [0, 1, 2]), (False, [-1])):
+        ctx = Ctx(sandbox_pool, {"rate": rate(table)})
+        author = ctx.authors["m1"]
+        scripted = author.reply
+        author.reply = lambda conversation, scripted=scripted: (
+            scripted(conversation[:-2])  # asked again: the asserts of the first request
+            if "That reply has no test" in conversation[-1]["content"] else
+            scripted(conversation) if "def generate_inputs" in conversation[-1]["content"]
+            else "```python\ndef add(a, b):\n    return a + b\n```")
+        cfg = tests_stage.TestGenConfig(authors=list(MODELS), retry_unparsed=retry)
+        written = tests_stage.run(table, cfg, ctx)
+        own = [r for r in written.table.to_pylist()
+               if r["author"] == "m1" and r["kind"] == "written"]
+        assert [r["test_idx"] for r in own] == expected
+        assert written.stats.get("asked_again", 0) == retry
+        assert written.stats.get("asked_again_parsed", 0) == retry
+        if retry:
+            assert "--- reply asked again ---" in own[0]["raw"] and "def add" in own[0]["raw"]
+
+
 def test_a_reply_is_read_as_data_and_types_come_from_the_cases():
     from arenaforge.stages.verification import cases as pc
 
