@@ -37,7 +37,7 @@ from __future__ import annotations
 import dataclasses
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any
+from typing import Any, NamedTuple
 
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import per_model
@@ -90,24 +90,24 @@ def ask_authors(jobs: list[tuple[str, str, str, str | None]], authors: list[str]
     # 0.5B wrote its function instead of asserts in 22 of 30 replies instead of 9 (verify-bench,
     # JavaScript + C++), though it wrote no input there; ``second_call`` then asks a function's
     # authors for ``generate_inputs()`` apart (a program's stdins come in the reply only)
-    ks = [cfg.inputs_per_author if cfg.augment else 0 for _ in jobs]
+    k = cfg.inputs_per_author if cfg.augment else 0
     convs = [pc.conversation(text, lang, kind, entry, cfg.tests_per_author, k)
-             for (text, lang, kind, entry), k in zip(jobs, ks)]
+             for text, lang, kind, entry in jobs]
 
     def author_writes(author: str) -> list[tuple[pc.CaseReply, str]]:
         backend, replies = ctx.backend(author), []
         for start in range(0, len(convs), cfg.batch_size):
-            for (_, _, kind, entry), k, reply in zip(
-                    jobs[start:start + cfg.batch_size], ks[start:start + cfg.batch_size],
+            for (_, _, kind, entry), reply in zip(
+                    jobs[start:start + cfg.batch_size],
                     backend.chat(convs[start:start + cfg.batch_size], params)):
                 c = reply[0]
-                parsed = (pc.CaseReply(parse_error=f"backend error: {c.error}")
+                parsed = (pc.CaseReply(parse_error=f"{BACKEND_ERROR}{c.error}")
                           if c.finish_reason == "error" else
                           pc.parse_reply(c.text, kind, entry, max_cases=cfg.max_tests_per_author,
                                          max_inputs=k))
                 replies.append((parsed, c.text))
         if cfg.retry_unparsed:
-            replies = _ask_again(backend, jobs, convs, replies, ks, cfg, params)
+            replies = _ask_again(backend, jobs, convs, replies, k, cfg, params)
         if cfg.augment and cfg.inputs_call == "second_call" and (
                 cfg.generator_authors is None or author in cfg.generator_authors):
             replies = _ask_generators(backend, jobs, replies, cfg, ctx.seed)
@@ -117,16 +117,18 @@ def ask_authors(jobs: list[tuple[str, str, str, str | None]], authors: list[str]
 
 
 RETRY_REPLY = "\n\n--- reply asked again ---\n"  # joins the second reply to ``raw``
+BACKEND_ERROR = "backend error: "  # a reply the backend failed to give: not asked again
 
 
 def _ask_again(backend: Any, jobs: list[tuple[str, str, str, str | None]], convs: list,
-               replies: list[tuple[pc.CaseReply, str]], ks: list[int], cfg: Any, params: Any
+               replies: list[tuple[pc.CaseReply, str]], k: int, cfg: Any, params: Any
                ) -> list[tuple[pc.CaseReply, str]]:
     """One author's function replies that held no test, asked once more with what was wrong
     (``testgen_cases_retry.txt``); the second reply replaces the first when it parses, and
     is joined to the raw text either way (the first reply's failure stays in it)."""
     todo = [i for i, (parsed, raw) in enumerate(replies) if jobs[i][2] == FUNCTION
-            and parsed.parse_error is not None and not parsed.parse_error.startswith("backend")]
+            and parsed.parse_error is not None
+            and not parsed.parse_error.startswith(BACKEND_ERROR)]
     out = list(replies)
     for start in range(0, len(todo), cfg.batch_size):
         batch = todo[start:start + cfg.batch_size]
@@ -139,7 +141,7 @@ def _ask_again(backend: Any, jobs: list[tuple[str, str, str, str | None]], convs
             first, raw = replies[i]
             text = reply[0].text if reply[0].finish_reason != "error" else ""
             parsed = pc.parse_reply(text, FUNCTION, jobs[i][3],
-                                    max_cases=cfg.max_tests_per_author, max_inputs=ks[i])
+                                    max_cases=cfg.max_tests_per_author, max_inputs=k)
             out[i] = (first if parsed.parse_error else parsed, f"{raw}{RETRY_REPLY}{text}")
     return out
 
@@ -215,32 +217,40 @@ def _rows(base: dict, lang: str, kind: str, replies: dict[str, tuple[pc.CaseRepl
     return rows
 
 
-def _generated_inputs(pending: list[tuple], cfg: Any, ctx: Any, stats: dict
+class _Pending(NamedTuple):
+    """An instruction whose signature is chosen, before its rows are built."""
+
+    iid: str
+    rows: list[dict]  # its answers
+    lang: str
+    kind: str
+    entry: str
+    sig: Any
+    example: dict | None
+    replies: dict[str, tuple[pc.CaseReply, str]]
+    row_base: dict
+
+
+def _generated_inputs(pending: list[_Pending], cfg: Any, ctx: Any, stats: dict
                       ) -> list[tuple[dict, dict[str, dict]]]:
     """Run the authors' generators of every pending function task (``augment.run_generators``,
     one sandbox batch) and put the inputs they printed in their replies. Per task: the
     replies, and per author its generator's columns."""
-    sources: list[list[str]] = []
-    owners: list[list[str]] = []
-    for _, _, _, kind, _, sig, _, replies, _ in pending:
-        found = {a: extract_generator(raw.rpartition(GENERATOR_REPLY)[2])
-                 for a, (_, raw) in replies.items()
-                 if kind == FUNCTION and sig is not None and GENERATOR_REPLY in raw}
-        owners.append([a for a, (src, _) in found.items() if src])
-        sources.append([src for src, _ in found.values() if src])
-        stats["augment.generators"] += len(owners[-1])
+    found = [{a: extract_generator(raw.rpartition(GENERATOR_REPLY)[2])
+              for a, (_, raw) in p.replies.items() if GENERATOR_REPLY in raw}
+             if p.kind == FUNCTION and p.sig is not None else {} for p in pending]
+    owners = [[a for a, (src, _) in by_author.items() if src] for by_author in found]
+    stats["augment.generators"] += sum(map(len, owners))
+    sources = [[by_author[a][0] for a in authors] for by_author, authors in zip(found, owners)]
     ran = run_generators(ctx.sandbox(), sources,
-                         [(len(p[5].params),) if p[5] is not None else () for p in pending],
+                         [(len(p.sig.params),) if p.sig is not None else () for p in pending],
                          cfg.inputs_per_author, timeout_s=cfg.timeout_s,
                          memory_mb=cfg.memory_mb) if any(sources) else [[] for _ in pending]
     out = []
-    for (_, _, _, kind, _, sig, _, replies, _), authors, per_author in zip(pending, owners, ran):
-        replies = dict(replies)
-        columns = {}
-        for a, (_, raw) in replies.items():
-            if kind == FUNCTION and GENERATOR_REPLY in raw:
-                src, why = extract_generator(raw.rpartition(GENERATOR_REPLY)[2])
-                columns[a] = {"generator": src, "generator_error": why, "generated_inputs": 0}
+    for p, by_author, authors, per_author in zip(pending, found, owners, ran):
+        replies = dict(p.replies)
+        columns = {a: {"generator": src, "generator_error": why, "generated_inputs": 0}
+                   for a, (src, why) in by_author.items()}
         for author, (inputs, error) in zip(authors, per_author):
             reply, raw = replies[author]
             replies[author] = (dataclasses.replace(
@@ -345,8 +355,8 @@ def _finish(task: dict, candidates: list[Candidate], seed: int, stats: dict) -> 
 
 
 def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
-                 authors: list[str], cfg: Any, ctx: Any, base: Callable[..., dict]
-                 ) -> tuple[list[dict], dict[str, float]]:
+              authors: list[str], cfg: Any, ctx: Any, base: Callable[..., dict]
+              ) -> tuple[list[dict], dict[str, float]]:
     """The rows and stats of every instruction in ``answers`` (none a Python function).
 
     Args:
@@ -366,7 +376,7 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
                          for iid in todo], authors, cfg, ctx)
     position = {iid: k for k, iid in enumerate(todo)}
     work: list[dict] = []
-    pending: list[tuple] = []
+    pending: list[_Pending] = []
     for iid, rows in answers.items():
         lang, kind = tasks[iid]
         stats[f"language.{lang}.{kind}.instructions"] += 1
@@ -397,8 +407,8 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
                     example=example)
             if example is not None:
                 pc.check_case(kind, example, sig, lang)
-        except UnsupportedType as exc:
-            if sig is None or no_case:
+        except ValueError as exc:  # UnsupportedType, or the example is no case of the signature
+            if no_case or (sig is None and isinstance(exc, UnsupportedType)):
                 # each reply's error is the reason when no author gave a case
                 out.extend(dict(base(iid, None, source, None), entry_point=entry, author=a,
                                 test_idx=-1, test_code=None,
@@ -409,22 +419,12 @@ def run_cases(answers: dict[str, list[dict]], tasks: dict[str, tuple[str, str]],
                 stats["instructions_no_tests"] += 1
                 continue
             example = None
-        except ValueError:
-            if no_case:
-                out.extend(dict(base(iid, None, source, None), entry_point=entry, author=a,
-                                test_idx=-1, test_code=None, reason=PARSE_ERROR,
-                                parse_error=replies[a][0].parse_error, raw=replies[a][1])
-                           for a in authors)
-                stats["instructions_no_tests"] += 1
-                continue
-            example = None
         row_base = dict(base(iid, None, source, None), entry_point=entry,
                         signature=pc.signature_text(sig) if sig else None,
                         example=pc.case_fields(kind, entry, example)[2] if example else None)
-        pending.append((iid, rows, lang, kind, entry, sig, example, replies, row_base))
-    generated = _generated_inputs(pending, cfg, ctx, stats)
+        pending.append(_Pending(iid, rows, lang, kind, entry, sig, example, replies, row_base))
     for (iid, rows, lang, kind, entry, sig, example, _, row_base), (replies, gen) in zip(
-            pending, generated):
+            pending, _generated_inputs(pending, cfg, ctx, stats)):
         rs = _rows(row_base, lang, kind, replies, sig, gen)
         written = [r for r in rs if r["kind"] == WRITTEN and r["reason"] == ""]
         augmented = [r for r in rs if r["kind"] == AUGMENTED]

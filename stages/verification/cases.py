@@ -1,13 +1,15 @@
 """The tests stage's language-neutral cases: what an author is asked, what its reply holds, and
 the row fields a case becomes (pure; the stage runs them, ``case_tests``).
 
-An author is asked for test cases as data, never code (``testgen_cases_*.txt``): a JSON object
-with ``cases`` (``{"args": [...], "expected": v}`` for a function, ``{"stdin": "...",
-"stdout": "..."}`` for a program), ``inputs`` (argument lists or stdins without an expected
-value: the generated inputs whose outputs the answers vote on) and, for a function, a
-``signature`` in Python notation (``def f(xs: List[int]) -> int``) that gives the values their
-types (``arenaforge.stages.verification.harness.types``). A reply without such an object is a
-value (``parse_error``), as a reply without an assert is on the Python path.
+An author is asked for test cases as data, never code (``testgen_cases_*.txt``): a function's
+as asserts in Python notation (``assert f([1, 2]) == 3``, bare calls ``f([5])`` its inputs),
+each read into a case ``{"args": [...], "expected": v}``; a program's as a JSON object with
+``cases`` (``{"stdin": "...", "stdout": "..."}``) and ``inputs`` (stdins without an expected
+output). A function's reply may also be such a JSON object, with a ``signature`` in Python
+notation (``def f(xs: List[int]) -> int``) that gives the values their types
+(``arenaforge.stages.verification.harness.types``). Inputs are the generated inputs whose
+outputs the answers vote on. A reply with none of these is a value (``parse_error``), as a
+reply without an assert is on the Python path.
 
 A case becomes the same fields a Python assert does, so that the evidence rules
 (``arenaforge.stages.verification.evidence``) read them alike: ``call`` (the normalised call,
@@ -90,7 +92,8 @@ def conversation(instruction: str, language: str, kind: str, entry_point: str | 
     user = fill(load_template(f"testgen_cases_{kind}.txt"), n=str(n), k=str(k),
                 language=display(language), entry_point=entry_point or PROGRAM_ENTRY,
                 instruction=instruction, inputs=inputs,
-                declaration=shown_declaration(instruction, language, entry_point))
+                declaration=shown_declaration(instruction, language, entry_point)
+                if kind == FUNCTION else "")
     system = "testgen_system.txt" if kind == FUNCTION else "testgen_cases_system.txt"
     return [{"role": "system", "content": load_template(system)},
             {"role": "user", "content": user}]

@@ -397,7 +397,7 @@ def loaded(result: Any) -> ExecResult:
     the harness's first call (a Python module, or a JavaScript file, that raised on import:
     probe verdict ``import_error``, as on the Python path)."""
     first = result.runs[0] if result.runs else None
-    if first is not None and not getattr(first, "started", True):
+    if first is not None and not first.started:
         return ExecResult(ERROR, error_type="runtime", error_message=first.message,
                           duration_s=result.compile.wall_s)
     return ExecResult(PASSED, duration_s=result.compile.wall_s)

@@ -55,6 +55,7 @@ _JS_CLAIM = re.compile("^//" + _WORDS, re.IGNORECASE)
 _MARK = "\x1eaf-claim:"  # record separator: never in a demo's own output
 PYTHON, JAVASCRIPT, TYPESCRIPT = "python", "javascript", "typescript"
 LANGUAGES = (PYTHON, JAVASCRIPT, TYPESCRIPT)  # whose answers' stated outputs are checked
+_NODE = (JAVASCRIPT, TYPESCRIPT)  # their demos print through Node's console.log
 _JS_LOG = re.compile(r"^(?P<indent>\s*)console\.log\(.*\);?\s*$")
 _JS_WORDS = {"true": "True", "false": "False", "null": "None"}
 _JS_ABRIDGED = re.compile(r"\.\.\. \d+ more items?|\[Object\]|\[Array\]|\[Function")
@@ -108,7 +109,7 @@ def claims(code: str | None, language: str = PYTHON) -> list[Claim]:
     >>> [c.stated for c in claims("console.log(f([1]));  // Output: [2]", "javascript")]
     ['[2]']
     """
-    if language in (JAVASCRIPT, TYPESCRIPT):
+    if language in _NODE:
         return _js_claims(code)
     if language != PYTHON or not code or "#" not in code:
         return []
@@ -177,7 +178,7 @@ def instrumented(code: str, found: list[Claim], language: str = PYTHON) -> str:
         first = claim.first_line
         indent = lines[first - 1][:len(lines[first - 1]) - len(lines[first - 1].lstrip())]
         mark = (f"{indent}console.log({json.dumps(_MARK + str(k) + chr(30))});"
-                if language in (JAVASCRIPT, TYPESCRIPT) else
+                if language in _NODE else
                 f"{indent}__import__('sys').stdout.write({_MARK + str(k)!r} + chr(30))")
         out[claim.line:claim.line] = [mark]
         out[first - 1:first - 1] = [mark]
@@ -260,7 +261,7 @@ def check_outputs(code: str | None, result, found: list[Claim] | None = None,
     if not found or result is None or not result.runs or result.runs[0] is None:
         return OutputCheck(NONE)
     stdout = result.runs[0].stdout
-    node = language in (JAVASCRIPT, TYPESCRIPT)
+    node = language in _NODE
     checked = 0
     for k, claim in enumerate(found):
         out = printed(stdout, k)

@@ -204,8 +204,6 @@ def inputs_conversation(instruction: str, entry: EntryPoint, tests: ParsedTests,
     return inputs_request(instruction, entry.signature, entry.name, args, k)
 
 
-
-
 def write_generators(backend: Any, jobs: list[tuple[str, EntryPoint]],
                      written: list[tuple[ParsedTests, str]], cfg: TestGenConfig,
                      seed: int) -> list[tuple[ParsedTests, str]]:

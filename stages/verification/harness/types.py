@@ -302,7 +302,6 @@ def infer_type(values: Iterable[Any], where: str, *, loose: bool = False) -> Typ
             incompatible types (``1`` and ``"a"``); never with ``loose``.
     """
     if loose:
-        values = list(values)
         try:
             return infer_type(values, where)
         except UnsupportedType:

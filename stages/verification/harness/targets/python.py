@@ -60,7 +60,7 @@ for _k in range(_FIRST, len(_CALLS)):
 class PythonTarget(Target):
     language, display = "python", "Python"
     scalar_names: ClassVar[dict[str, str]] = {
-        k: k for k in (INT, FLOAT, BOOL, STR)}
+        **{k: k for k in (INT, FLOAT, BOOL, STR)}, ANY: "Any"}
     containers: ClassVar[dict[str, str]] = {
         LIST: "List[{0}]", DICT: "Dict[{0}, {1}]", OPTIONAL: "Optional[{0}]",
         TUPLE: "Tuple[{items}]"}
@@ -69,9 +69,6 @@ class PythonTarget(Target):
 
     def string(self, text: str) -> str:
         return repr(text)
-
-    def type_name(self, t: Type) -> str:
-        return "Any" if t.kind == ANY else super().type_name(t)
 
     def literal(self, value: Any, t: Type) -> str:
         if value is None:
