@@ -41,6 +41,7 @@ from typing import Any, NamedTuple
 
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import per_model
+from arenaforge.stages.arena.judge_logits import BACKEND_ERROR
 from arenaforge.stages.common.task_kinds import FUNCTION, PROGRAM
 from arenaforge.stages.verification import cases as pc
 from arenaforge.stages.verification.augment import (
@@ -117,7 +118,6 @@ def ask_authors(jobs: list[tuple[str, str, str, str | None]], authors: list[str]
 
 
 RETRY_REPLY = "\n\n--- reply asked again ---\n"  # joins the second reply to ``raw``
-BACKEND_ERROR = "backend error: "  # a reply the backend failed to give: not asked again
 
 
 def _ask_again(backend: Any, jobs: list[tuple[str, str, str, str | None]], convs: list,

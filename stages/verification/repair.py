@@ -47,6 +47,7 @@ import pyarrow as pa
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec, per_model
 from arenaforge.pipeline.statuses import PASSED
+from arenaforge.stages.arena.judge_logits import BACKEND_ERROR
 from arenaforge.stages.common.code_extract import extract_code
 from arenaforge.stages.common.task_kinds import (
     FUNCTION,
@@ -292,7 +293,7 @@ def repair_loop(targets: list[dict], suites: dict[str, Suite], backend_for: Any,
                                    for i, r in zip(by_model[m], outs[m])}
         parsed = {i: extract_answer(replies[i].text, tasks[i])
                   if replies[i].finish_reason != "error"
-                  else (None, f"backend error: {replies[i].error}") for i in active}
+                  else (None, f"{BACKEND_ERROR}{replies[i].error}") for i in active}
         runnable = [i for i in active if parsed[i][0] is not None]
         # a repaired answer must print what its own demo says, as a first answer must
         grades = dict(zip(runnable, grade_any(

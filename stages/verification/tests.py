@@ -62,6 +62,7 @@ from typing import Any, Literal
 import pyarrow as pa
 from arenaforge.pipeline.prompts import fill, load_template
 from arenaforge.pipeline.stage import StageConfig, StageContext, StageResult, StageSpec, per_model
+from arenaforge.stages.arena.judge_logits import BACKEND_ERROR
 from arenaforge.stages.common.task_kinds import table_tasks, uses_python_path
 from arenaforge.stages.verification.augment import (
     GENERATOR_REPLY,
@@ -242,7 +243,8 @@ def write_tests(backend: Any, jobs: list[tuple[str, EntryPoint]], cfg: TestGenCo
         for (_, entry), reply in zip(batch, replies):
             completion = reply[0]
             if completion.finish_reason == "error":
-                out.append((ParsedTests((), f"backend error: {completion.error}"), completion.text))
+                out.append((ParsedTests((), f"{BACKEND_ERROR}{completion.error}"),
+                            completion.text))
             else:
                 out.append((extract_tests(completion.text, entry.name, cfg.max_tests_per_author),
                             completion.text))
